@@ -1,0 +1,47 @@
+"""Compact LLM Lab engine: memory estimation, model loading, data, training, jobs, generation, export.
+
+The public API is re-exported here lazily (PEP 562) so that `import engine` stays fast and light: the
+CLI's `--help` and the estimator do not pay for importing torch/transformers until they need them.
+This package never imports gradio (tests/test_no_gradio.py enforces it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .errors import ConfigError, DataError, EngineError, GenerationError, JobError, ModelLoadError
+
+# name -> submodule that defines it
+_LAZY = {
+    "TrainConfig": "config",
+    "QuantSettings": "config",
+    "LoraSettings": "config",
+    "GenerationSettings": "config",
+    "MemoryQuery": "config",
+    "CompactConfig": "model",
+    "CompactForCausalLM": "model",
+    "estimate": "memory",
+    "load_model": "loaders",
+    "stream_generate": "generate",
+    "run_training": "train",
+    "JobManager": "jobs",
+    "merge_adapter": "export",
+}
+
+__all__ = [
+    "ConfigError",
+    "DataError",
+    "EngineError",
+    "GenerationError",
+    "JobError",
+    "ModelLoadError",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -1,0 +1,108 @@
+"""Trainer callbacks: progress events for the UI, and a cooperative stop that saves before exiting.
+
+transformers' Trainer already does the loop, accumulation, AMP, checkpointing and resume; these two
+callbacks only *report* (events.jsonl, polled by the UI) and *listen* (a STOP file dropped by the job
+manager), which the Trainer has no notion of.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from .device import DeviceInfo, peak_memory_gib
+from .runs import EventLog
+
+
+class EventsCallback(TrainerCallback):
+    """Writes one `progress` event per logging step and one `eval` event per evaluation."""
+
+    def __init__(self, events: EventLog, device: DeviceInfo, mirror: EventLog | None = None) -> None:
+        self.events = events
+        self.mirror = mirror  # the parent run's log while pretraining a built-in base for it
+        self.device = device
+        self.t0 = time.time()
+        self.step0 = 0
+        self.last_t = self.t0
+        self.last_tokens = 0
+        self.peak_gib = 0.0
+
+    def _write(self, type_: str, **data: Any) -> None:
+        self.events.write(type_, **data)
+        if self.mirror is not None:
+            self.mirror.write("base_" + type_, **data)
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        self.t0 = self.last_t = time.time()
+        self.step0 = state.global_step  # > 0 when resuming
+        self.last_tokens = state.num_input_tokens_seen
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: dict | None = None, **kw: Any) -> None:
+        logs = logs or {}
+        now = time.time()
+        if "eval_loss" in logs:
+            loss = logs["eval_loss"]
+            self._write("eval", step=state.global_step, eval_loss=loss, perplexity=_ppl(loss))
+            return
+        if "loss" not in logs:
+            return
+        done = state.global_step - self.step0
+        elapsed = now - self.t0
+        eta = (elapsed / done) * (state.max_steps - state.global_step) if done > 0 else None
+        tokens = state.num_input_tokens_seen
+        dt = max(now - self.last_t, 1e-9)
+        tok_s = (tokens - self.last_tokens) / dt
+        self.last_t, self.last_tokens = now, tokens
+        mem = peak_memory_gib(self.device)
+        if mem is not None:
+            self.peak_gib = max(self.peak_gib, mem)
+        self._write(
+            "progress",
+            step=state.global_step,
+            max_steps=state.max_steps,
+            epoch=round(state.epoch or 0.0, 4),
+            loss=_finite(logs.get("loss")),
+            lr=logs.get("learning_rate"),
+            grad_norm=_finite(logs.get("grad_norm")),
+            tokens_per_s=round(tok_s, 1),
+            tokens_seen=tokens,
+            elapsed_s=round(elapsed, 1),
+            eta_s=None if eta is None else round(eta, 1),
+            mem_gib=None if mem is None else round(mem, 3),
+        )
+
+
+class StopFileCallback(TrainerCallback):
+    """Stops at the next optimizer step when `<run>/STOP` exists, saving a checkpoint first so that a
+    stopped run resumes exactly where it was (no lost work)."""
+
+    def __init__(self, stop_file: Path) -> None:
+        self.stop_file = Path(stop_file)
+        self.stopped = False
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        if self.stop_file.exists():
+            self.stopped = True
+            control.should_save = True
+            control.should_training_stop = True
+
+
+def _finite(x: Any) -> float | None:
+    if x is None:
+        return None
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _ppl(loss: Any) -> float | None:
+    loss = _finite(loss)
+    if loss is None or loss > 50:
+        return None
+    return round(math.exp(loss), 3)

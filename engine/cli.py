@@ -1,0 +1,226 @@
+"""Command line: `python -m engine estimate|train|generate|prepare-builtin|merge|runs`.
+
+Every flag is generated from the config dataclasses (engine/config.py): the flag's help is the field's
+help text, choices come from its Literal type, and values are validated by the same __post_init__ the UI
+uses. Errors the user can fix print one clear line (no traceback) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .config import GenerationSettings, QuantSettings, TrainConfig, field_specs, from_dict, from_flat, to_dict
+from .errors import EngineError
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace(".", "-").replace("_", "-")
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
+    """One flag per (nested) field; defaults are None so we can tell "given" from "not given"."""
+    group = parser.add_argument_group(f"{cls.__name__} fields")
+    for spec in field_specs(cls):
+        if spec.name in skip:
+            continue
+        help_text = spec.help + f" (default: {spec.default})"
+        kwargs: dict[str, Any] = {"dest": prefix + spec.name, "default": None, "help": help_text}
+        if spec.type is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = str  # validated and converted by the dataclass, with a message naming the field
+            kwargs["metavar"] = "{" + ",".join(spec.choices) + "}" if spec.choices else spec.type.__name__.upper()
+        group.add_argument(_flag(prefix + spec.name), **kwargs)
+
+
+def _given(args: argparse.Namespace, cls: type, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for spec in field_specs(cls):
+        value = getattr(args, prefix + spec.name, None)
+        if value is not None:
+            out[spec.name] = value
+    return out
+
+
+def _merge(base: dict[str, Any], flat: dict[str, Any]) -> dict[str, Any]:
+    for key, value in flat.items():
+        cur = base
+        parts = key.split(".")
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {})
+        cur[parts[-1]] = value
+    return base
+
+
+# --------------------------------------------------------------------------------------------------
+# train
+# --------------------------------------------------------------------------------------------------
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import yaml
+
+    from .runs import EventLog, default_runs_dir, run_path
+    from .train import run_training
+
+    runs_dir = default_runs_dir()
+    data: dict[str, Any] = {}
+    if args.config:
+        try:
+            data = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
+        except OSError as exc:
+            raise EngineError(f"Cannot read the config file {args.config}: {exc.strerror}.") from None
+        except yaml.YAMLError as exc:
+            raise EngineError(f"The config file {args.config} is not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise EngineError(f"The config file {args.config} must be a YAML mapping of TrainConfig fields.")
+    cfg = from_dict(TrainConfig, _merge(data, _given(args, TrainConfig)))
+    if args.run_dir:
+        run_dir = Path(args.run_dir).resolve()
+    else:
+        from .jobs import JobManager
+
+        run_dir = run_path(runs_dir, JobManager(runs_dir).new_run_name(cfg))
+    if args.print_config:
+        from .runs import config_yaml
+
+        print(config_yaml(cfg))
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    print(f"run folder: {run_dir}", flush=True)
+    events = EventLog(run_dir / "events.jsonl")
+    try:
+        result = run_training(cfg, run_dir, runs_dir=runs_dir, resume=args.resume)
+    except EngineError as exc:
+        events.write("error", kind="engine", message=str(exc))
+        raise
+    except Exception as exc:  # noqa: BLE001 - record *why* the run died, then re-raise for the log
+        import torch
+
+        if isinstance(exc, torch.OutOfMemoryError):
+            msg = ("Out of memory. Halve the micro batch and double gradient accumulation (same effective batch), "
+                   "enable gradient checkpointing, use QLoRA / an 8-bit optimizer, or shorten the max sequence length.")
+            events.write("error", kind="oom", message=msg)
+            print(f"error: {msg}", file=sys.stderr)
+            return 3
+        events.write("error", kind="crash", message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
+        raise
+    print(json.dumps(result, default=str), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# generate
+# --------------------------------------------------------------------------------------------------
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .generate import stream_generate
+    from .loaders import load_model
+    from .runs import default_runs_dir
+
+    settings = from_flat(GenerationSettings, _given(args, GenerationSettings))
+    quant = from_flat(QuantSettings, _given(args, QuantSettings, prefix="quant."))
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    loaded = load_model(args.model, quant, runs_dir=default_runs_dir(), trust_remote_code=args.trust_remote_code, allow_local_paths=True)
+    last = None
+    for update in stream_generate(loaded, prompt, settings, chat=not args.raw):
+        sys.stdout.write(update.new_text)
+        sys.stdout.flush()
+        last = update
+    sys.stdout.write("\n")
+    if last is not None:
+        print(f"[{last.n_tokens} tokens, {last.tokens_per_s:.1f} tok/s, first token {last.ttft:.2f}s]", file=sys.stderr)
+    return 0
+
+
+def cmd_prepare_builtin(args: argparse.Namespace) -> int:
+    from .runs import default_runs_dir
+    from .train import ensure_builtin
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    path = ensure_builtin(args.preset, default_runs_dir())
+    print(f"built-in model ready: {path}")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from .export import merge_adapter
+    from .runs import default_runs_dir, run_path
+
+    out = merge_adapter(run_path(default_runs_dir(), args.run))
+    print(f"merged model saved to {out}")
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from .jobs import JobManager
+    from .runs import default_runs_dir
+
+    for s in JobManager(default_runs_dir()).list_runs():
+        loss = f"{s.last_loss:.3f}" if s.last_loss is not None else "-"
+        print(f"{s.name:40s} {s.state:9s} {s.method:8s} step {s.step}/{s.max_steps} loss {loss}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine", description="Compact LLM Lab engine: estimate memory, train, generate.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    from .estimate_cli import add_estimate_parser
+
+    add_estimate_parser(sub)
+
+    p = sub.add_parser("train", help="Train (QLoRA / LoRA / full / from scratch) into a run folder.",
+                       description="Train into a run folder. Fields come from --config YAML, overridden by flags.")
+    p.add_argument("--config", help="YAML file with TrainConfig fields (a run's config.yaml).")
+    p.add_argument("--run-dir", help="Run folder (default: <runs>/<run name>).")
+    p.add_argument("--resume", action="store_true", help="Continue from the last complete checkpoint in the run folder.")
+    p.add_argument("--print-config", action="store_true", help="Print the resolved config as YAML and exit.")
+    add_dataclass_args(p, TrainConfig)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("generate", help="Stream text from a model (built-in, run:NAME, Hub id or folder).")
+    p.add_argument("--model", default="builtin:compact-mini", help="builtin:NAME, run:NAME, a Hub id or a model folder.")
+    p.add_argument("--prompt", help="Prompt text (default: read from stdin).")
+    p.add_argument("--raw", action="store_true", help="Raw completion instead of the chat template.")
+    p.add_argument("--trust-remote-code", action="store_true", help="Run Python code shipped with a Hub model.")
+    add_dataclass_args(p, GenerationSettings)
+    add_dataclass_args(p, QuantSettings, prefix="quant.")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("prepare-builtin", help="Pretrain a built-in compact preset on the built-in corpus (cached).")
+    p.add_argument("preset", nargs="?", default="compact-mini")
+    p.set_defaults(func=cmd_prepare_builtin)
+
+    p = sub.add_parser("merge", help="Merge a run's LoRA adapter into a 16-bit copy of its base model.")
+    p.add_argument("run", help="Run name under the runs directory.")
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("runs", help="List runs and their state.")
+    p.set_defaults(func=cmd_runs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+__all__ = ["main", "build_parser", "add_dataclass_args", "to_dict"]

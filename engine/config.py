@@ -1,0 +1,428 @@
+"""Configuration dataclasses: the single source of truth for every job.
+
+The UI form (app.py), the CLI flags (engine/cli.py) and the saved run config (`config.yaml`) are all
+generated from and validated by these classes. Each field carries its help text and bounds in
+`metadata`, once; `Literal` annotations give the allowed choices. `__post_init__` validates and raises
+`ConfigError` naming the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from .errors import ConfigError
+
+T = TypeVar("T")
+
+
+def opt(
+    default: Any,
+    help: str,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    step: float | None = None,
+    label: str | None = None,
+    choices_help: dict[str, str] | None = None,
+) -> Any:
+    """A dataclass field with its help text and bounds in metadata (read by the UI and the CLI)."""
+    meta: dict[str, Any] = {"help": help}
+    if min is not None:
+        meta["min"] = min
+    if max is not None:
+        meta["max"] = max
+    if step is not None:
+        meta["step"] = step
+    if label is not None:
+        meta["label"] = label
+    if choices_help:
+        meta["choices_help"] = choices_help
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    if dataclasses.is_dataclass(default):
+        return field(default_factory=lambda: dataclasses.replace(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# --------------------------------------------------------------------------------------------------
+# Introspection shared by the UI, the CLI and the YAML round trip
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """What a form or a CLI needs to know about one (possibly nested) config field."""
+
+    name: str  # dotted path for nested dataclasses, e.g. "lora.r"
+    type: type  # bool, int, float, str
+    default: Any
+    help: str
+    label: str
+    choices: tuple[str, ...] | None = None
+    min: float | None = None
+    max: float | None = None
+    step: float | None = None
+    optional: bool = False  # None allowed
+
+
+def _resolve_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _base_type(tp: Any) -> tuple[type, tuple[str, ...] | None, bool]:
+    """(python type, Literal choices or None, optional?) of an annotation."""
+    optional = False
+    origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        optional = len(args) != len(get_args(tp))
+        tp = args[0] if len(args) == 1 else str
+        origin = get_origin(tp)
+    if origin is Literal:
+        choices = tuple(str(a) for a in get_args(tp))
+        return type(get_args(tp)[0]), choices, optional
+    if isinstance(tp, type):
+        return tp, None, optional
+    return str, None, optional
+
+
+def field_specs(cls: type, prefix: str = "") -> list[FieldSpec]:
+    """Flattened field descriptions of a config dataclass (nested dataclasses get dotted names)."""
+    hints = _resolve_hints(cls)
+    specs: list[FieldSpec] = []
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        tp = hints[f.name]
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            specs.extend(field_specs(tp, prefix=f"{prefix}{f.name}."))
+            continue
+        py, choices, optional = _base_type(tp)
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = None
+        name = f"{prefix}{f.name}"
+        specs.append(
+            FieldSpec(
+                name=name,
+                type=py,
+                default=default,
+                help=f.metadata.get("help", ""),
+                label=f.metadata.get("label", f.name.replace("_", " ").capitalize()),
+                choices=choices,
+                min=f.metadata.get("min"),
+                max=f.metadata.get("max"),
+                step=f.metadata.get("step"),
+                optional=optional,
+            )
+        )
+    return specs
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """Plain nested dict of a config dataclass (for YAML/JSON)."""
+    return dataclasses.asdict(obj)
+
+
+def _coerce(name: str, value: Any, tp: Any) -> Any:
+    py, choices, optional = _base_type(tp)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(name, value, "a value is required")
+    if py is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
+            return value.lower() in ("true", "yes", "1", "on")
+        if isinstance(value, (int, float)) and value in (0, 1):
+            return bool(value)
+        raise ConfigError(name, value, "true or false")
+    if py is int:
+        if isinstance(value, bool):
+            raise ConfigError(name, value, "a whole number")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise ConfigError(name, value, "a whole number")
+    if py is float:
+        if isinstance(value, bool):
+            raise ConfigError(name, value, "a number")
+        try:
+            out = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(name, value, "a number") from None
+        if math.isnan(out) or math.isinf(out):
+            raise ConfigError(name, value, "a finite number")
+        return out
+    if py is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(name, value, "text")
+        value = str(value)
+        if choices and value not in choices:
+            raise ConfigError(name, value, "one of " + ", ".join(choices))
+        return value
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any] | None, *, where: str = "") -> T:
+    """Build and validate a config dataclass from a plain dict; unknown keys are an error."""
+    data = dict(data or {})
+    if not isinstance(data, dict):
+        raise ConfigError(where or cls.__name__, data, "a mapping of field names to values")
+    hints = _resolve_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}{unknown[0]}", data[unknown[0]], f"a known field of {cls.__name__}: " + ", ".join(sorted(names)))
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        tp = hints[f.name]
+        value = data[f.name]
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            if isinstance(value, tp):
+                kwargs[f.name] = value
+            else:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{where}{f.name}", value, "a mapping of field names to values")
+                kwargs[f.name] = from_dict(tp, value, where=f"{where}{f.name}.")
+        else:
+            kwargs[f.name] = _coerce(f"{where}{f.name}", value, tp)
+    return cls(**kwargs)
+
+
+def from_flat(cls: type[T], flat: dict[str, Any]) -> T:
+    """Build a config from dotted names (as produced by `field_specs`), e.g. from a UI form or CLI."""
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        parts = key.split(".")
+        cur = nested
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {})
+        cur[parts[-1]] = value
+    return from_dict(cls, nested)
+
+
+def _check_range(obj: Any) -> None:
+    """Validate the min/max metadata of every scalar field of a dataclass instance."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+            raise ConfigError(f.name, value, "a finite number")
+        lo, hi = f.metadata.get("min"), f.metadata.get("max")
+        if lo is not None and value < lo:
+            raise ConfigError(f.name, value, f"a value >= {lo}" + (f" and <= {hi}" if hi is not None else ""))
+        if hi is not None and value > hi:
+            raise ConfigError(f.name, value, f"a value <= {hi}" + (f" and >= {lo}" if lo is not None else ""))
+
+
+def _check_choices(obj: Any) -> None:
+    hints = _resolve_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        _, choices, optional = _base_type(hints[f.name])
+        value = getattr(obj, f.name)
+        if choices and not (value is None and optional) and str(value) not in choices:
+            raise ConfigError(f.name, value, "one of " + ", ".join(choices))
+
+
+def validate(obj: Any) -> None:
+    """Range + choice validation shared by every config's __post_init__."""
+    _check_choices(obj)
+    _check_range(obj)
+
+
+# --------------------------------------------------------------------------------------------------
+# Model loading
+# --------------------------------------------------------------------------------------------------
+
+QuantMode = Literal["none", "8bit", "4bit"]
+DtypeChoice = Literal["auto", "fp16", "bf16", "fp32"]
+
+
+@dataclass
+class QuantSettings:
+    """How weights are loaded: unquantized, bitsandbytes 8-bit, or bitsandbytes 4-bit."""
+
+    mode: QuantMode = opt(
+        "none",
+        "Weight quantization with bitsandbytes: none (16/32-bit), 8bit (LLM.int8) or 4bit (QLoRA).",
+        label="Quantization",
+    )
+    quant_type: Literal["nf4", "fp4"] = opt(
+        "nf4", "4-bit data type: nf4 (NormalFloat, best for normally distributed weights) or fp4.", label="4-bit type"
+    )
+    double_quant: bool = opt(
+        True, "Quantize the quantization constants too (saves ~0.4 bit per parameter).", label="Double quantization"
+    )
+    compute_dtype: DtypeChoice = opt(
+        "auto",
+        "dtype used for matmuls and unquantized layers. auto: bf16 on Ampere+, fp16 on T4/older GPUs, fp32 on CPU.",
+        label="Compute dtype",
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------
+
+Method = Literal["qlora", "lora", "full", "scratch"]
+
+
+@dataclass
+class LoraSettings:
+    """LoRA adapter shape (peft)."""
+
+    r: int = opt(16, "LoRA rank: size of the low-rank update. Higher = more capacity and memory.", min=1, max=512, step=1, label="LoRA rank r")
+    alpha: int = opt(32, "LoRA alpha: the update is scaled by alpha / r.", min=1, max=2048, step=1, label="LoRA alpha")
+    dropout: float = opt(0.05, "Dropout on the LoRA input during training.", min=0.0, max=0.9, step=0.01, label="LoRA dropout")
+    targets: str = opt(
+        "all-linear",
+        "Which linear layers get adapters: 'all-linear', 'attention' (q,k,v,o), or a comma-separated list of module names.",
+        label="LoRA targets",
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+        t = self.targets.strip()
+        if not t:
+            raise ConfigError("lora.targets", self.targets, "'all-linear', 'attention' or a comma-separated list of module names")
+        for name in t.split(","):
+            if not name.strip().replace("_", "").replace(".", "").replace("-", "").isalnum():
+                raise ConfigError("lora.targets", self.targets, "module names made of letters, digits, '_' and '.'")
+        self.targets = ",".join(n.strip() for n in t.split(","))
+
+
+@dataclass
+class TrainConfig:
+    """One training run: what to train, on what, and how. Saved as the run's config.yaml."""
+
+    method: Method = opt(
+        "lora",
+        "qlora: 4-bit base + LoRA; lora: 16/32-bit base + LoRA; full: update every weight; scratch: train a compact model from random weights with its own tokenizer.",
+        label="Method",
+    )
+    base_model: str = opt(
+        "builtin:compact-mini",
+        "Built-in compact model (builtin:NAME), a finished run (run:NAME), a Hugging Face id, or a local model folder. For 'scratch' this names the compact preset (builtin:NAME).",
+        label="Base model",
+    )
+    dataset: str = opt(
+        "builtin:instructions",
+        "Built-in sample (builtin:instructions, builtin:dates, builtin:corpus) or the path of an uploaded .jsonl/.json/.csv/.txt file.",
+        label="Dataset",
+    )
+    max_seq_len: int = opt(256, "Longest training sequence in tokens; longer samples are truncated.", min=16, max=32768, step=16, label="Max sequence length")
+    epochs: float = opt(3.0, "Passes over the data (ignored when max steps > 0).", min=0.01, max=1000, step=0.5, label="Epochs")
+    max_steps: int = opt(0, "Stop after this many optimizer steps; 0 = use epochs.", min=0, max=10_000_000, step=1, label="Max steps")
+    learning_rate: float = opt(2e-4, "Peak learning rate.", min=1e-7, max=1.0, label="Learning rate")
+    lr_scheduler: Literal["linear", "cosine", "constant"] = opt("cosine", "Learning-rate schedule after warmup.", label="LR schedule")
+    warmup_ratio: float = opt(0.05, "Fraction of the steps spent warming the learning rate up from 0.", min=0.0, max=0.5, step=0.01, label="Warmup ratio")
+    micro_batch_size: int = opt(8, "Samples per forward/backward pass (the memory-relevant batch).", min=1, max=4096, step=1, label="Micro batch")
+    grad_accum: int = opt(1, "Micro-batches accumulated per optimizer step (effective batch = micro batch x accumulation).", min=1, max=4096, step=1, label="Gradient accumulation")
+    precision: DtypeChoice = opt(
+        "auto", "Training precision. auto: bf16 on Ampere+, fp16 mixed precision on T4/older GPUs (never bf16), fp32 on CPU.", label="Precision"
+    )
+    grad_checkpointing: bool = opt(False, "Recompute activations in the backward pass: much less memory, ~30% slower.", label="Gradient checkpointing")
+    optimizer: Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "sgd"] = opt(
+        "adamw", "Optimizer. 8-bit AdamW (bitsandbytes) stores its state in ~2 bytes per trainable parameter instead of 8.", label="Optimizer"
+    )
+    weight_decay: float = opt(0.0, "AdamW weight decay.", min=0.0, max=1.0, step=0.01, label="Weight decay")
+    max_grad_norm: float = opt(1.0, "Clip the gradient norm to this value (0 = no clipping).", min=0.0, max=1000.0, label="Max grad norm")
+    seed: int = opt(42, "Random seed for initialization, shuffling and dropout.", min=0, max=2**31 - 1, step=1, label="Seed")
+    logging_steps: int = opt(5, "Write a progress event every N optimizer steps.", min=1, max=100_000, step=1, label="Log every")
+    save_steps: int = opt(50, "Save a resumable checkpoint every N optimizer steps.", min=1, max=1_000_000, step=1, label="Checkpoint every")
+    save_total_limit: int = opt(2, "Keep only the last K checkpoints.", min=1, max=100, step=1, label="Keep checkpoints")
+    eval_fraction: float = opt(0.1, "Fraction of the data held out to measure eval loss (0 = none).", min=0.0, max=0.5, step=0.01, label="Eval fraction")
+    train_on_prompt: bool = opt(False, "Also compute the loss on prompt tokens (default: responses only).", label="Train on prompt")
+    quant: QuantSettings = opt(QuantSettings(mode="4bit"), "Quantization of the frozen base model (QLoRA).")
+    lora: LoraSettings = opt(LoraSettings(), "LoRA adapter settings (qlora / lora).")
+    trust_remote_code: bool = opt(False, "Run Python code shipped with a Hub model. Only for models you trust.", label="Trust remote code")
+    run_name: str = opt("", "Name of the run folder; empty = generated from method and time.", label="Run name")
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if not self.base_model.strip():
+            raise ConfigError("base_model", self.base_model, "a built-in name, run:NAME, a Hub id or a model folder")
+        if not self.dataset.strip():
+            raise ConfigError("dataset", self.dataset, "a built-in dataset name or an uploaded file")
+        if self.method == "scratch" and not self.base_model.startswith("builtin:"):
+            raise ConfigError("base_model", self.base_model, "a built-in compact preset (builtin:NAME) when method is 'scratch'")
+        name = self.run_name.strip()
+        if name and (not all(c.isalnum() or c in "-_." for c in name) or name.startswith(".")):
+            raise ConfigError("run_name", self.run_name, "letters, digits, '-', '_' and '.' only (it becomes a folder name)")
+        self.run_name = name
+
+
+# --------------------------------------------------------------------------------------------------
+# Generation
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GenerationSettings:
+    """Decoding settings for the playground and `python -m engine generate`."""
+
+    max_new_tokens: int = opt(128, "Most tokens to generate (clamped to the model's context).", min=1, max=8192, step=1, label="Max new tokens")
+    do_sample: bool = opt(True, "Sample from the distribution (on) or always take the most likely token (greedy, off).", label="Sampling")
+    temperature: float = opt(0.8, "Sharpens (<1) or flattens (>1) the distribution when sampling.", min=0.01, max=5.0, step=0.05, label="Temperature")
+    top_k: int = opt(50, "Sample only among the k most likely tokens (0 = off).", min=0, max=10_000, step=1, label="Top-k")
+    top_p: float = opt(0.95, "Sample only among the most likely tokens whose probabilities add up to p (1 = off).", min=0.01, max=1.0, step=0.01, label="Top-p")
+    repetition_penalty: float = opt(1.1, "Penalize tokens that already appeared (1 = off).", min=1.0, max=3.0, step=0.05, label="Repetition penalty")
+    seed: int = opt(0, "Random seed for sampling (0 = a new random seed each time).", min=0, max=2**31 - 1, step=1, label="Seed")
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+# --- memory ---------------------------------------------------------------------------------------
+# (The estimator's query. Owned by engine/memory.py's author: keep the keys equal to the CLI query format.)
+
+Task = Literal["inference", "full", "lora", "qlora"]
+
+
+@dataclass
+class MemoryQuery:
+    """One "will it fit?" question. Keys equal the `estimate --queries` JSONL format."""
+
+    model: str = opt("builtin:compact-mini", "Built-in preset, catalog name, Hugging Face id, or a path to a config.json.", label="Model")
+    task: Task = opt("qlora", "inference, full fine-tune, LoRA or QLoRA.", label="Task")
+    weight_precision: Literal["fp32", "fp16", "bf16", "int8", "nf4", "fp4"] = opt("nf4", "Precision of the (frozen) base weights.", label="Weight precision")
+    double_quant: bool = opt(True, "4-bit double quantization of the quantization constants.", label="Double quant")
+    training_precision: Literal["amp-fp16", "amp-bf16", "pure-bf16", "fp32"] = opt("amp-bf16", "Training precision.", label="Training precision")
+    optimizer: Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "sgd", "adafactor"] = opt("adamw", "Optimizer.", label="Optimizer")
+    lora_r: int = opt(16, "LoRA rank.", min=1, max=1024, step=1, label="LoRA rank")
+    lora_targets: str = opt("all-linear", "'all-linear', 'attention', or a comma list of q,k,v,o,gate,up,down,lm_head.", label="LoRA targets")
+    batch: int = opt(1, "Micro batch size.", min=1, max=65536, step=1, label="Batch")
+    seq_len: int = opt(512, "Sequence length (prompt length for inference).", min=1, max=1_048_576, step=1, label="Sequence length")
+    new_tokens: int = opt(256, "Tokens generated (inference).", min=0, max=1_048_576, step=1, label="New tokens")
+    grad_ckpt: bool = opt(False, "Gradient checkpointing.", label="Gradient checkpointing")
+    attention: Literal["sdpa", "eager"] = opt("sdpa", "Attention implementation.", label="Attention")
+    chunked_loss: bool = opt(False, "Chunked cross-entropy (no full logits tensor).", label="Chunked loss")
+    grad_accum: int = opt(1, "Gradient accumulation (effective batch only; no memory effect).", min=1, max=65536, step=1, label="Gradient accumulation")
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+# --- end memory -----------------------------------------------------------------------------------

@@ -1,0 +1,41 @@
+"""User-facing errors of the engine.
+
+Every failure a person can cause or fix (a bad form value, a malformed file, an unknown model id, a card
+that is too small) is raised as an `EngineError` whose message is written for that person: what was
+wrong, the value, and what is allowed or what to do. The UI shows the message as is (`gr.Error`), the CLI
+prints it without a traceback. Programming errors stay ordinary exceptions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EngineError(Exception):
+    """Base class: the message is meant for the end user."""
+
+
+class ConfigError(EngineError):
+    """A configuration value is not allowed. Names the field, the value and what is allowed."""
+
+    def __init__(self, field: str, value: Any, allowed: str) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{field} = {value!r} is not allowed: {allowed}.")
+
+
+class DataError(EngineError):
+    """A dataset cannot be read or used (empty, malformed, wrong columns, wrong encoding...)."""
+
+
+class ModelLoadError(EngineError):
+    """A model or tokenizer cannot be found or loaded (unknown id, offline, remote code, bad folder)."""
+
+
+class JobError(EngineError):
+    """A training job cannot be started, stopped or resumed in the requested way."""
+
+
+class GenerationError(EngineError):
+    """A generation request cannot be served (empty prompt, model not loaded...)."""

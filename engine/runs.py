@@ -1,0 +1,297 @@
+"""Run folders: where runs live, atomic writes, the events log, checkpoints, and run summaries.
+
+A run is a folder under the runs directory:
+
+    <runs>/<name>/config.yaml     the resolved TrainConfig (never a token)
+                  events.jsonl    one JSON object per line, appended by the training process
+                  train.log       everything the training process logs (stdout + stderr)
+                  pid             "<pid> <start-time>" of the training process while it may be alive
+                  checkpoint-N/   resumable Trainer checkpoints (complete once trainer_state.json parses)
+                  adapter/ | model/   the final output, renamed into place only when complete
+                  STOP            written by whoever asks the run to stop (the run saves and exits)
+
+Built-in compact models are pretrained once into <runs>/_builtin/<preset>/ (same layout).
+The runs directory is `$COMPACT_LAB_RUNS` if set, else ./runs (Colab's launcher points it at Drive).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import TrainConfig, from_dict, to_dict
+from .errors import ConfigError, JobError
+
+RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def default_runs_dir() -> Path:
+    """The runs directory: $COMPACT_LAB_RUNS or ./runs, created if missing."""
+    path = Path(os.environ.get("COMPACT_LAB_RUNS") or "runs").expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_path(runs_dir: Path, name: str) -> Path:
+    """The folder of run `name`, refusing anything that could escape the runs directory."""
+    if not RUN_NAME_RE.match(name or "") or ".." in name:
+        raise JobError(f"Run name {name!r} is not valid: use letters, digits, '-', '_' and '.', starting with a letter or digit.")
+    return Path(runs_dir) / name
+
+
+# --------------------------------------------------------------------------------------------------
+# Atomic writes: write to a temp name in the same folder, then rename (a crash never leaves a
+# half-written file that looks complete).
+# --------------------------------------------------------------------------------------------------
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_replace_dir(tmp_dir: Path, final_dir: Path) -> None:
+    """Move a fully written temp folder into place (replacing an older one)."""
+    final_dir = Path(final_dir)
+    if final_dir.exists():
+        old = final_dir.with_name(f".{final_dir.name}.old-{int(time.time() * 1000)}")
+        os.replace(final_dir, old)
+        os.replace(tmp_dir, final_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp_dir, final_dir)
+
+
+# --------------------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------------------
+
+
+def save_config(run_dir: Path, cfg: TrainConfig) -> Path:
+    path = Path(run_dir) / "config.yaml"
+    atomic_write_text(path, config_yaml(cfg))
+    return path
+
+
+def config_yaml(cfg: TrainConfig) -> str:
+    header = "# Compact LLM Lab run config. Reproduce headless with: python -m engine train --config config.yaml\n"
+    return header + yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
+
+
+def load_config(path: Path) -> TrainConfig:
+    """Read and validate a run config YAML (ConfigError names the bad field)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("config", str(path), "an existing YAML file") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError("config", str(path), f"valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("config", str(path), "a YAML mapping of TrainConfig fields")
+    return from_dict(TrainConfig, data)
+
+
+# --------------------------------------------------------------------------------------------------
+# Events
+# --------------------------------------------------------------------------------------------------
+
+
+class EventLog:
+    """Append-only JSON-lines writer. Each line is written with one write() call and flushed, so a
+    reader never sees a partial object except possibly the very last line (which readers skip)."""
+
+    def __init__(self, path: Path, extra: dict[str, Any] | None = None) -> None:
+        self.path = Path(path)
+        self.extra = extra or {}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, type_: str, **data: Any) -> dict[str, Any]:
+        event = {"type": type_, "time": round(time.time(), 3), **self.extra, **data}
+        line = json.dumps(event, ensure_ascii=False, default=str) + "\n"
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+        return event
+
+
+def read_events(run_dir: Path) -> list[dict[str, Any]]:
+    """All complete events of a run (a torn last line is ignored)."""
+    path = Path(run_dir) / "events.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def log_tail(run_dir: Path, n_lines: int = 30) -> str:
+    path = Path(run_dir) / "train.log"
+    if not path.exists():
+        return ""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - 64_000))
+        data = fh.read().decode("utf-8", errors="replace")
+    # tqdm progress bars use carriage returns; keep the last state of each line
+    lines = [ln.split("\r")[-1] for ln in data.splitlines()]
+    return "\n".join(lines[-n_lines:])
+
+
+# --------------------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------------------
+
+
+def is_complete_checkpoint(path: Path) -> bool:
+    """Trainer writes trainer_state.json last; a checkpoint is complete when it parses and weights exist."""
+    state = Path(path) / "trainer_state.json"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    has_weights = any(Path(path).glob("*.safetensors")) or any(Path(path).glob("*.bin"))
+    return has_weights
+
+
+def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    out = []
+    for p in Path(run_dir).iterdir() if Path(run_dir).exists() else []:
+        m = _CKPT_RE.match(p.name)
+        if m and p.is_dir():
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def last_complete_checkpoint(run_dir: Path) -> Path | None:
+    for _, path in reversed(checkpoints(run_dir)):
+        if is_complete_checkpoint(path):
+            return path
+    return None
+
+
+def discard_incomplete_checkpoints(run_dir: Path) -> list[str]:
+    """Remove checkpoint folders a killed process left half-written (so resume never picks them)."""
+    removed = []
+    for _, path in checkpoints(run_dir):
+        if not is_complete_checkpoint(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
+# --------------------------------------------------------------------------------------------------
+# Run summaries (history table, playground choices)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunSummary:
+    name: str
+    path: Path
+    state: str  # running | finished | stopped | failed | killed | created
+    method: str = ""
+    base_model: str = ""
+    dataset: str = ""
+    step: int = 0
+    max_steps: int = 0
+    last_loss: float | None = None
+    best_eval_loss: float | None = None
+    duration_s: float | None = None
+    predicted_gib: float | None = None
+    measured_gib: float | None = None
+    output: str | None = None  # "adapter" | "model" when finished
+    error: str | None = None
+    resumable: bool = False
+    started: float | None = None
+    losses: list[dict[str, Any]] = field(default_factory=list)
+    phase: str = ""
+    task_scores: dict[str, float] = field(default_factory=dict)
+
+
+def summarize(run_dir: Path, alive: bool) -> RunSummary:
+    """Fold a run's events into its current state. `alive`: is its process still running?"""
+    run_dir = Path(run_dir)
+    events = read_events(run_dir)
+    summary = RunSummary(name=run_dir.name, path=run_dir, state="created")
+    try:
+        cfg = load_config(run_dir / "config.yaml")
+        summary.method, summary.base_model, summary.dataset = cfg.method, cfg.base_model, cfg.dataset
+    except ConfigError:
+        pass
+    terminal = None
+    for ev in events:
+        t = ev.get("type")
+        if t == "start":
+            summary.started = summary.started or ev.get("time")
+            terminal = None
+            summary.error = None
+        elif t == "phase":
+            summary.phase = ev.get("phase", "")
+        elif t == "progress":
+            summary.step = ev.get("step", summary.step)
+            summary.max_steps = ev.get("max_steps", summary.max_steps)
+            if ev.get("loss") is not None:
+                summary.last_loss = ev["loss"]
+                summary.losses.append({"step": ev["step"], "loss": ev["loss"], "kind": "train"})
+            if ev.get("mem_gib") is not None:
+                summary.measured_gib = max(summary.measured_gib or 0.0, ev["mem_gib"])
+        elif t == "eval":
+            loss = ev.get("eval_loss")
+            if loss is not None:
+                summary.losses.append({"step": ev["step"], "loss": loss, "kind": "eval"})
+                summary.best_eval_loss = loss if summary.best_eval_loss is None else min(summary.best_eval_loss, loss)
+        elif t == "memory":
+            summary.predicted_gib = ev.get("predicted_gib")
+        elif t == "task_score":
+            summary.task_scores[ev.get("when", "?")] = ev.get("accuracy")
+        elif t in ("done", "stopped", "error"):
+            terminal = ev
+    if terminal is not None:
+        t = terminal["type"]
+        summary.state = {"done": "finished", "stopped": "stopped", "error": "failed"}[t]
+        if t == "done":
+            summary.output = terminal.get("output")
+            summary.measured_gib = terminal.get("peak_gib", summary.measured_gib)
+        if t == "error":
+            summary.error = terminal.get("message")
+        if summary.started:
+            summary.duration_s = round(terminal["time"] - summary.started, 1)
+    elif events:
+        summary.state = "running" if alive else "killed"
+    if alive:
+        summary.state = "running"
+    summary.resumable = summary.state in ("stopped", "failed", "killed") and last_complete_checkpoint(run_dir) is not None
+    if summary.state in ("stopped", "failed", "killed") and not summary.resumable and (run_dir / "config.yaml").exists():
+        # No checkpoint yet: "resume" restarts from step 0 with the same config.
+        summary.resumable = True
+    return summary

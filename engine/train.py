@@ -1,0 +1,384 @@
+"""The one training path behind every method: QLoRA, LoRA, full fine-tune, and from scratch.
+
+Built on transformers' Trainer (checkpointing, resume_from_checkpoint, accumulation, AMP, gradient
+checkpointing) and peft. Runs headless as `python -m engine train --config run.yaml [--resume]`; the app
+starts exactly that as a subprocess (engine/jobs.py). Everything the UI needs is written to the run folder
+(see engine/runs.py): config.yaml, events.jsonl, train.log, checkpoint-*/, and adapter/ or model/.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .callbacks import EventsCallback, StopFileCallback
+from .config import LoraSettings, QuantSettings, TrainConfig
+from .device import DeviceInfo, detect_device, peak_memory_gib, reset_peak, resolve_dtype
+from .errors import ConfigError, EngineError, JobError
+from .runs import (
+    EventLog,
+    atomic_replace_dir,
+    discard_incomplete_checkpoints,
+    last_complete_checkpoint,
+    save_config,
+)
+
+log = logging.getLogger("engine.train")
+
+OPTIMIZERS = {
+    "adamw": "adamw_torch",
+    "adamw-8bit": "adamw_bnb_8bit",
+    "paged-adamw-8bit": "paged_adamw_8bit",
+    "paged-adamw-32bit": "paged_adamw_32bit",
+    "sgd": "sgd",
+}
+# Attention projection names across common architectures (for LoRA targets = "attention").
+ATTENTION_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "c_attn", "c_proj", "query_key_value", "qkv_proj", "Wqkv", "out_proj")
+
+
+# --------------------------------------------------------------------------------------------------
+# Built-in base models: pretrained once, cached in <runs>/_builtin/<preset>/model
+# --------------------------------------------------------------------------------------------------
+
+
+def builtin_pretrain_config(preset: str) -> TrainConfig:
+    """The recipe that pretrains a built-in compact preset on the built-in corpus."""
+    from .model import compact_presets
+
+    info = compact_presets()[preset]
+    return TrainConfig(
+        method="scratch",
+        base_model=f"builtin:{preset}",
+        dataset="builtin:corpus",
+        max_seq_len=int(info["max_position_embeddings"]),
+        max_steps=int(info.get("pretrain_steps", 600)),
+        learning_rate=2e-3,
+        lr_scheduler="cosine",
+        warmup_ratio=0.05,
+        micro_batch_size=16,
+        grad_accum=1,
+        eval_fraction=0.05,
+        save_steps=200,
+        logging_steps=10,
+        run_name=preset,
+    )
+
+
+def ensure_builtin(preset: str, runs_dir: Path, parent_events: EventLog | None = None) -> Path:
+    """Return the folder of the pretrained built-in preset, pretraining it first if needed."""
+    from .loaders import builtin_model_dir
+
+    model_dir = builtin_model_dir(preset, runs_dir)
+    if (model_dir / "config.json").exists():
+        return model_dir
+    run_dir = model_dir.parent
+    if parent_events is not None:
+        parent_events.write("phase", phase=f"pretraining the built-in model '{preset}' on the built-in corpus (first use only)")
+    resume = last_complete_checkpoint(run_dir) is not None if run_dir.exists() else False
+    run_training(builtin_pretrain_config(preset), run_dir, runs_dir=runs_dir, resume=resume, mirror=parent_events)
+    if not (model_dir / "config.json").exists():
+        raise JobError(f"Pretraining the built-in model '{preset}' did not finish; see {run_dir / 'train.log'}.")
+    return model_dir
+
+
+# --------------------------------------------------------------------------------------------------
+# Model + tokenizer per method
+# --------------------------------------------------------------------------------------------------
+
+
+def _lora_targets(model: torch.nn.Module, spec: str) -> str | list[str]:
+    if spec == "all-linear":
+        return "all-linear"
+    leaf_names = {name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear) or "Linear" in type(mod).__name__}
+    wanted = [n for n in ATTENTION_NAMES if n in leaf_names] if spec == "attention" else spec.split(",")
+    missing = [n for n in wanted if n not in leaf_names]
+    if not wanted or missing:
+        raise ConfigError("lora.targets", spec, "module names that exist in this model: " + ", ".join(sorted(leaf_names)))
+    return wanted
+
+
+def _apply_lora(model: Any, lora: LoraSettings) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=_lora_targets(model, lora.targets),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def _build_scratch(cfg: TrainConfig, texts: list[str]) -> tuple[Any, Any]:
+    from .model import CompactForCausalLM, load_compact_preset
+    from .tokenizer import train_tokenizer
+
+    preset = cfg.base_model.split(":", 1)[1]
+    config = load_compact_preset(preset)
+    tokenizer = train_tokenizer(texts, vocab_size=config.vocab_size)
+    tokenizer.model_max_length = config.max_position_embeddings
+    config.vocab_size = len(tokenizer)
+    config.bos_token_id = tokenizer.bos_token_id
+    config.eos_token_id = tokenizer.eos_token_id
+    config.pad_token_id = tokenizer.pad_token_id
+    torch.manual_seed(cfg.seed)
+    return CompactForCausalLM(config), tokenizer
+
+
+def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dtype: torch.dtype, events: EventLog) -> Any:
+    from .loaders import load_model
+
+    if cfg.base_model.startswith("builtin:"):
+        ensure_builtin(cfg.base_model.split(":", 1)[1], runs_dir, parent_events=events)
+    events.write("phase", phase=f"loading {cfg.base_model}")
+    if cfg.method == "qlora":
+        quant = dataclasses.replace(cfg.quant, mode="4bit") if cfg.quant.mode == "none" else cfg.quant
+    else:
+        quant = QuantSettings(mode="none", compute_dtype=cfg.precision)
+    # Full fine-tuning with fp16 AMP needs fp32 master weights; everything else loads in the compute dtype.
+    load_dtype = torch.float32 if (cfg.method == "full" and dtype == torch.float16) else dtype
+    return load_model(cfg.base_model, quant, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=load_dtype, cache=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory prediction recorded beside the measured peak
+# --------------------------------------------------------------------------------------------------
+
+
+def predict_memory(cfg: TrainConfig, device: DeviceInfo, dtype: torch.dtype, model_config_path: Path | None) -> dict[str, Any] | None:
+    """The estimator's prediction for this run's settings (None when the model is unknown to it)."""
+    from .config import MemoryQuery
+    from .memory import estimate
+
+    wp = {"qlora": cfg.quant.quant_type if cfg.quant.mode == "4bit" or cfg.method == "qlora" else "nf4"}.get(cfg.method)
+    if wp is None:
+        wp = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+        if cfg.method == "full" and dtype == torch.float16:
+            wp = "fp32"
+    tp = "fp32" if dtype == torch.float32 else ("amp-fp16" if dtype == torch.float16 else "amp-bf16")
+    model = str(model_config_path) if model_config_path else cfg.base_model
+    try:
+        q = MemoryQuery(
+            model=model,
+            task="full" if cfg.method == "scratch" else cfg.method,
+            weight_precision=wp,
+            double_quant=cfg.quant.double_quant,
+            training_precision=tp,
+            optimizer=cfg.optimizer,
+            lora_r=cfg.lora.r,
+            lora_targets=cfg.lora.targets,
+            batch=cfg.micro_batch_size,
+            seq_len=cfg.max_seq_len,
+            grad_ckpt=cfg.grad_checkpointing,
+        )
+        est = estimate(q)
+    except EngineError as exc:
+        log.info("no memory prediction: %s", exc)
+        return None
+    return {"predicted_gib": round(est.allocated_gib, 3), "predicted_total_gib": round(est.total_gib, 3), "device": device.name}
+
+
+# --------------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------------
+
+
+def _training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: torch.dtype, has_eval: bool) -> Any:
+    from transformers import TrainingArguments
+
+    on_cpu = device.kind == "cpu"
+    eval_every = max(cfg.save_steps, cfg.logging_steps)
+    return TrainingArguments(
+        output_dir=str(run_dir),
+        per_device_train_batch_size=cfg.micro_batch_size,
+        per_device_eval_batch_size=cfg.micro_batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,  # transformers 5: a float < 1 is a ratio of the total steps
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps if cfg.max_steps > 0 else -1,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm if cfg.max_grad_norm > 0 else 0.0,
+        optim=OPTIMIZERS[cfg.optimizer],
+        bf16=dtype == torch.bfloat16 and not on_cpu,
+        fp16=dtype == torch.float16,
+        use_cpu=on_cpu,
+        gradient_checkpointing=cfg.grad_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if cfg.grad_checkpointing else None,
+        logging_steps=cfg.logging_steps,
+        logging_first_step=True,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=eval_every if has_eval else None,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        report_to="none",
+        include_num_input_tokens_seen="non_padding",
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+
+
+def _prepare_data(cfg: TrainConfig, tokenizer: Any, max_len: int, events: EventLog) -> tuple[list, list, dict]:
+    from .data import chunk_corpus, load_records, split_eval, tokenize_records
+
+    recordset = load_records(cfg.dataset)
+    if cfg.method == "scratch" or recordset.format == "text":
+        texts = _texts_of(recordset)
+        examples = chunk_corpus(texts, tokenizer, max_len)
+        report = {"rows_in": len(recordset.records), "blocks": len(examples), "block_size": max_len}
+    else:
+        tok = tokenize_records(recordset, tokenizer, max_len, train_on_prompt=cfg.train_on_prompt)
+        examples = tok.examples
+        report = dataclasses.asdict(tok.report) if dataclasses.is_dataclass(tok.report) else dict(tok.report)
+    if not examples:
+        raise EngineError(f"No usable training examples in {cfg.dataset}: every row was dropped (see the data report).")
+    train, evals = split_eval(examples, cfg.eval_fraction, cfg.seed) if cfg.eval_fraction > 0 and len(examples) >= 10 else (examples, [])
+    report.update({"train_examples": len(train), "eval_examples": len(evals)})
+    events.write("data", **{k: v for k, v in report.items() if k != "dropped"}, dropped=len(report.get("dropped", []) or []))
+    return train, evals, report
+
+
+def _texts_of(recordset: Any) -> list[str]:
+    from .data import to_messages
+
+    if recordset.format == "text":
+        return [r["text"] for r in recordset.records]
+    return ["\n".join(m["content"] for m in to_messages(r, recordset.format)) for r in recordset.records]
+
+
+def _task_score(model: Any, tokenizer: Any, events: EventLog, when: str) -> None:
+    from .tasks import date_items, evaluate_task
+
+    events.write("phase", phase=f"scoring the date task ({when})")
+    was_training = model.training
+    score = evaluate_task(model, tokenizer, date_items("test"))
+    model.train(was_training)
+    events.write("task_score", when=when, accuracy=score.accuracy, n=score.n, examples=[list(e) for e in score.examples[:3]])
+
+
+def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: bool = False, mirror: EventLog | None = None) -> dict[str, Any]:
+    """Train according to `cfg` into `run_dir`; returns the final `done`/`stopped` event.
+
+    Raises EngineError subclasses for problems the user can fix; the caller (CLI) turns them into an
+    `error` event and a clean exit code.
+    """
+    from transformers import DataCollatorForSeq2Seq, Trainer
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "STOP").unlink(missing_ok=True)
+    events = EventLog(run_dir / "events.jsonl")
+    save_config(run_dir, cfg)
+    checkpoint = None
+    if resume:
+        removed = discard_incomplete_checkpoints(run_dir)
+        checkpoint = last_complete_checkpoint(run_dir)
+        if removed:
+            log.warning("discarded incomplete checkpoints: %s", removed)
+    t0 = time.time()
+    device = detect_device()
+    dtype = resolve_dtype(cfg.precision, device)
+    events.write("start", run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset,
+                 resumed_from=checkpoint.name if checkpoint else None, device=device.name, dtype=str(dtype).replace("torch.", ""))
+    reset_peak(device)
+
+    if cfg.method == "scratch":
+        from .data import load_records
+
+        events.write("phase", phase="training a tokenizer on the dataset")
+        model, tokenizer = _build_scratch(cfg, _texts_of(load_records(cfg.dataset)))
+        max_len = min(cfg.max_seq_len, model.config.max_position_embeddings)
+        model_cfg_path = None
+    else:
+        loaded = _load_for_training(cfg, runs_dir, device, dtype, events)
+        model, tokenizer = loaded.model, loaded.tokenizer
+        max_len = min(cfg.max_seq_len, getattr(model.config, "max_position_embeddings", cfg.max_seq_len) or cfg.max_seq_len)
+        model_cfg_path = getattr(loaded, "config_path", None)
+    tokenizer.padding_side = "right"  # training pads on the right; generation (loaders) uses left
+
+    pred = predict_memory(cfg, device, dtype, model_cfg_path)
+    if pred:
+        events.write("memory", **pred)
+
+    events.write("phase", phase="tokenizing the data")
+    train_ds, eval_ds, _ = _prepare_data(cfg, tokenizer, max_len, events)
+
+    score_task = cfg.dataset == "builtin:dates" and cfg.method != "scratch" and checkpoint is None
+    if score_task:
+        _task_score(model, tokenizer, events, "before")
+
+    if cfg.method == "qlora":
+        from peft import prepare_model_for_kbit_training
+
+        from .bnb_safety import prepare_for_training
+
+        prepare_for_training(model)  # undo/prevent the bitsandbytes CPU repack (design.md §6 hazard)
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.grad_checkpointing)
+    if cfg.method in ("qlora", "lora"):
+        model = _apply_lora(model, cfg.lora)
+    elif cfg.grad_checkpointing:
+        model.config.use_cache = False
+
+    events.write("phase", phase="training")
+    stop_cb = StopFileCallback(run_dir / "STOP")
+    events_cb = EventsCallback(events, device, mirror=mirror)
+    trainer = Trainer(
+        model=model,
+        args=_training_args(cfg, run_dir, device, dtype, has_eval=bool(eval_ds)),
+        train_dataset=train_ds,
+        eval_dataset=eval_ds or None,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100, pad_to_multiple_of=8),
+        processing_class=tokenizer,
+        callbacks=[events_cb, stop_cb],
+    )
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    peak = max(events_cb.peak_gib, peak_memory_gib(device) or 0.0)
+
+    if stop_cb.stopped:
+        (run_dir / "STOP").unlink(missing_ok=True)
+        last = last_complete_checkpoint(run_dir)
+        return events.write("stopped", step=trainer.state.global_step, checkpoint=last.name if last else None, peak_gib=round(peak, 3))
+
+    eval_loss = None
+    if eval_ds:
+        eval_loss = trainer.evaluate().get("eval_loss")
+        events.write("eval", step=trainer.state.global_step, eval_loss=eval_loss, perplexity=math.exp(eval_loss) if eval_loss and eval_loss < 50 else None)
+    if score_task:
+        if cfg.method == "qlora":
+            from .bnb_safety import prepare_for_training
+
+            prepare_for_training(model)
+        _task_score(model, tokenizer, events, "after")
+
+    events.write("phase", phase="saving")
+    output = "adapter" if cfg.method in ("qlora", "lora") else "model"
+    tmp = run_dir / f".{output}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.model.save_pretrained(str(tmp))
+    tokenizer.padding_side = "left"
+    tokenizer.save_pretrained(str(tmp))
+    atomic_replace_dir(tmp, run_dir / output)
+    return events.write(
+        "done",
+        output=output,
+        path=str(run_dir / output),
+        steps=trainer.state.global_step,
+        final_loss=result.training_loss,
+        eval_loss=eval_loss,
+        peak_gib=round(peak, 3),
+        predicted_gib=pred["predicted_gib"] if pred else None,
+        duration_s=round(time.time() - t0, 1),
+    )
