@@ -64,10 +64,7 @@ class CompactConfig(PretrainedConfig):
 
     def __post_init__(self, **kwargs: Any) -> None:
         if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
-                f"({self.num_attention_heads})."
-            )
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads}).")
         super().__post_init__(**kwargs)
 
     @property
@@ -153,9 +150,7 @@ class CompactBlock(GradientCheckpointingLayer):
         past_key_values: Cache | None = None,
         **kwargs: Any,  # use_cache etc., read by the checkpointing wrapper
     ) -> torch.Tensor:
-        hidden_states = hidden_states + self.self_attn(
-            self.input_layernorm(hidden_states), attention_mask, past_key_values
-        )
+        hidden_states = hidden_states + self.self_attn(self.input_layernorm(hidden_states), attention_mask, past_key_values)
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))  # (B, T, C)
 
 
@@ -164,9 +159,7 @@ class CompactPreTrainedModel(PreTrainedModel):
     config: CompactConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
-    _no_split_modules: ClassVar[list[str]] = [
-        "CompactBlock"
-    ]  # device_map="auto" keeps a block (and its residual) on one device
+    _no_split_modules: ClassVar[list[str]] = ["CompactBlock"]  # device_map="auto" keeps a block (and its residual) on one device
     _skip_keys_device_placement: ClassVar[list[str]] = ["past_key_values"]
     _supports_sdpa = True  # we call F.scaled_dot_product_attention; eager masks (additive floats) work too
 
@@ -214,7 +207,8 @@ class CompactModel(CompactPreTrainedModel):
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, C)
         T = inputs_embeds.shape[1]
 
-        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache is None:  # training (Trainer) never reads a cache back: do not keep one unless asked
+            use_cache = self.config.use_cache and not self.training
         if self.gradient_checkpointing and self.training:
             use_cache = False  # recomputing a block in backward would write its keys/values twice
         if use_cache and past_key_values is None:
@@ -249,13 +243,9 @@ class CompactModel(CompactPreTrainedModel):
 
         hidden_states = self.dropout(inputs_embeds + self.embed_positions(position_ids))  # (B, T, C)
         for block in self.layers:
-            hidden_states = block(
-                hidden_states, attention_mask=mask, past_key_values=past_key_values, use_cache=use_cache
-            )
+            hidden_states = block(hidden_states, attention_mask=mask, past_key_values=past_key_values, use_cache=use_cache)
         hidden_states = self.norm(hidden_states)  # (B, T, C)
-        return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
-        )
+        return BaseModelOutputWithPast(last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None)
 
 
 class CompactForCausalLM(CompactPreTrainedModel, GenerationMixin):

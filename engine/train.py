@@ -326,7 +326,9 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         from .bnb_safety import prepare_for_training
 
         prepare_for_training(model)  # undo/prevent the bitsandbytes CPU repack (design.md §6 hazard)
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.grad_checkpointing)
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=cfg.grad_checkpointing, gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
     if cfg.method in ("qlora", "lora"):
         model = _apply_lora(model, cfg.lora)
     elif cfg.grad_checkpointing:

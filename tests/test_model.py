@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import yaml
@@ -42,7 +44,7 @@ def tiny_model(seed: int = 0, **overrides) -> CompactForCausalLM:
 
 def closed_form_params(cfg: CompactConfig) -> int:
     """Unique parameters of a CompactLLM with biases and tied embeddings, counted by hand."""
-    V, P, C, I, L = (
+    V, P, C, F, L = (
         cfg.vocab_size,
         cfg.max_position_embeddings,
         cfg.hidden_size,
@@ -50,7 +52,7 @@ def closed_form_params(cfg: CompactConfig) -> int:
         cfg.num_hidden_layers,
     )
     embeddings = V * C + P * C  # tokens + positions; lm_head is the token table (tied)
-    per_block = 2 * (2 * C) + 4 * (C * C + C) + (C * I + I) + (I * C + C)  # 2 LayerNorms, q/k/v/o, up, down
+    per_block = 2 * (2 * C) + 4 * (C * C + C) + (C * F + F) + (F * C + C)  # 2 LayerNorms, q/k/v/o, up, down
     return embeddings + L * per_block + 2 * C  # + final LayerNorm
 
 
@@ -66,8 +68,10 @@ def test_greedy_generation_same_with_and_without_cache():
     assert torch.equal(cached, uncached)
 
 
-def test_left_padded_batch_generates_like_single_prompts():
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])  # bool mask vs additive float mask
+def test_left_padded_batch_generates_like_single_prompts(attn_implementation):
     model = tiny_model()
+    model.set_attn_implementation(attn_implementation)
     g = torch.Generator().manual_seed(2)
     short = torch.randint(1, 100, (1, 4), generator=g)
     long = torch.randint(1, 100, (1, 9), generator=g)
@@ -168,23 +172,37 @@ def test_parameter_count_under_init_empty_weights_after_tie_weights():
 # 4. gradient checkpointing -----------------------------------------------------------------------------------
 
 
-def test_gradient_checkpointing_gives_same_loss_and_grads():
+@pytest.mark.parametrize("enable", ["gradient_checkpointing_enable", "activation_checkpointing_enable"])
+def test_gradient_checkpointing_gives_same_loss_and_grads(enable):
+    # transformers 5.23 renamed it activation_checkpointing_enable (the old name warns, still works)
     ids = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(4))
     results = []
     for checkpointing in (False, True):
         model = tiny_model(seed=5).train()
         if checkpointing:
-            model.gradient_checkpointing_enable()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                getattr(model, enable)()
             assert all(layer.gradient_checkpointing for layer in model.model.layers)
-        out = model(ids, labels=ids)
-        assert out.past_key_values is None  # training with checkpointing never builds a cache
+        attn_calls: list[int] = []
+        model.model.layers[0].self_attn.register_forward_hook(lambda *_, calls=attn_calls: calls.append(1))
+        out = model(ids, labels=ids, use_cache=True)  # the cache request is dropped under checkpointing
         out.loss.backward()
+        assert len(attn_calls) == (2 if checkpointing else 1)  # checkpointing recomputes the block in backward
         results.append((out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     (loss_a, grads_a), (loss_b, grads_b) = results
     torch.testing.assert_close(loss_a, loss_b)
     assert grads_a.keys() == grads_b.keys()
     for name in grads_a:
         torch.testing.assert_close(grads_a[name], grads_b[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_training_builds_no_cache_unless_asked():
+    model = tiny_model().train()
+    ids = torch.randint(0, 100, (1, 8))
+    assert model(ids, labels=ids).past_key_values is None  # Trainer never reads it back: save the memory
+    assert model(ids, use_cache=True).past_key_values.get_seq_length() == 8
+    assert model.eval()(ids).past_key_values.get_seq_length() == 8  # config.use_cache in eval (generate)
 
 
 # 5. peft LoRA ------------------------------------------------------------------------------------------------

@@ -1,0 +1,459 @@
+"""Compact LLM Lab: the single gr.Blocks page (memory estimator, fine-tune, playground).
+
+Thin by design: each handler turns form values into a config dataclass (engine/config.py), calls the
+engine, and maps the result onto components. Form widgets are generated from the dataclass fields (their
+help text, bounds and choices live there, once). Long work never runs here: training is a subprocess
+(engine/jobs.py) polled with gr.Timer; generation streams from a worker thread (engine/generate.py).
+
+Run: `python app.py [--share] [--port N] [--runs-dir DIR]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from engine import memory
+from engine.config import GenerationSettings, MemoryQuery, QuantSettings, TrainConfig, field_specs, from_flat
+from engine.errors import EngineError
+from engine.handoff import check_ui_model_ref, check_ui_train_config, train_values_from_query
+from engine.jobs import JobManager
+from engine.runs import config_yaml, log_tail, run_path
+
+BUILTIN_DATASETS = {
+    "builtin:dates": "Date conversion to ISO (scored task: accuracy before/after is reported)",
+    "builtin:instructions": "Instructions PT/EN about LLMs on small hardware",
+    "builtin:corpus": "Text corpus PT/EN (for training from scratch)",
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Widgets generated from the config dataclasses
+# --------------------------------------------------------------------------------------------------
+
+
+def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ...] = (), values: dict[str, Any] | None = None) -> dict[str, gr.components.Component]:
+    """One typed, bounded widget per dataclass field (dotted names for nested fields)."""
+    values = values or {}
+    comps: dict[str, gr.components.Component] = {}
+    specs = {s.name: s for s in field_specs(cls)}
+    for name in only or list(specs):
+        if name in skip:
+            continue
+        spec = specs[name]
+        value = values.get(name, spec.default)
+        common = {"label": spec.label, "info": spec.help, "value": value, "elem_id": f"{cls.__name__}-{name}".replace(".", "-")}
+        if spec.type is bool:
+            comps[name] = gr.Checkbox(**common)
+        elif spec.choices:
+            comps[name] = gr.Dropdown(choices=list(spec.choices), **common)
+        elif spec.type in (int, float) and spec.min is not None and spec.max is not None and spec.step and (spec.max - spec.min) / spec.step <= 5000:
+            comps[name] = gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common)
+        elif spec.type in (int, float):
+            comps[name] = gr.Number(minimum=spec.min, maximum=spec.max, precision=0 if spec.type is int else None, **common)
+        else:
+            comps[name] = gr.Textbox(**common)
+    return comps
+
+
+def ui_errors(fn):
+    """Engine errors become a readable gr.Error in the browser, never a traceback or a dead server."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EngineError as exc:
+            raise gr.Error(str(exc)) from None
+
+    return wrapper
+
+
+def ui_errors_gen(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            yield from fn(*args, **kwargs)
+        except EngineError as exc:
+            raise gr.Error(str(exc)) from None
+
+    return wrapper
+
+
+# --------------------------------------------------------------------------------------------------
+# Panel 1: memory estimator
+# --------------------------------------------------------------------------------------------------
+
+
+def build_estimator() -> dict[str, Any]:
+    gr.Markdown("Will it fit? Pick a model and a job; the breakdown and the verdict per card update as you change settings.")
+    with gr.Row():
+        with gr.Column(scale=2):
+            model = gr.Dropdown(choices=memory.model_choices(), value="builtin:compact-mini", allow_custom_value=True, label="Model",
+                                info="A built-in or catalog model, or type any Hugging Face id (its config.json is fetched when online).")
+            form = make_inputs(MemoryQuery, skip=("model",))
+            tier_names = [t.name for t in memory.hardware_tiers()]
+            tier = gr.Dropdown(choices=tier_names, value="t4-16gb" if "t4-16gb" in tier_names else tier_names[0], label="Your card",
+                               info="Used for the largest batch / sequence that fit and for 'make it fit'.")
+        with gr.Column(scale=3):
+            totals = gr.Markdown()
+            chart = gr.BarPlot(x="job", y="GiB", color="term", title="Memory breakdown", height=260, show_label=False)
+            breakdown = gr.Dataframe(headers=["term", "GiB", "what it is"], interactive=False, label="Breakdown", wrap=True)
+            tiers = gr.Dataframe(headers=["card", "usable GiB", "verdict"], interactive=False, label="Verdict per card")
+            limits = gr.Markdown()
+            fit = gr.Dataframe(headers=["#", "change", "new total GiB", "cost"], interactive=False, label="Make it fit (cheapest first)")
+            with gr.Row():
+                pick = gr.Number(value=1, precision=0, minimum=1, label="Suggestion #", scale=1)
+                copy_btn = gr.Button("Use these settings in Fine-tune", scale=2)
+    inputs = [model, tier, *form.values()]
+    names = list(form)
+
+    def query_of(model_v: str, *vals: Any) -> MemoryQuery:
+        return from_flat(MemoryQuery, {"model": model_v, **dict(zip(names, vals))})
+
+    def on_estimate(model_v: str, tier_v: str, *vals: Any):
+        try:
+            q = query_of(model_v, *vals)
+            est = memory.estimate(q)
+        except EngineError as exc:
+            return f"**⚠ {exc}**", None, None, None, "", None
+        rows = memory.breakdown_rows(est)
+        chart_df = pd.DataFrame([{"job": q.task, "term": r[0], "GiB": r[1]} for r in rows if r[1] > 0])
+        tier_rows = [[t.label, t.usable_gib, est.tiers.get(t.name, "?")] for t in memory.hardware_tiers()]
+        md = (f"### {est.allocated_gib:.2f} GiB allocated by PyTorch · {est.total_gib:.2f} GiB in nvidia-smi\n"
+              f"{est.params / 1e6:,.1f} M parameters, {est.trainable_params / 1e6:,.2f} M trainable · effective batch {q.batch * q.grad_accum}")
+        if est.notes:
+            md += "\n\n" + "\n".join(f"- {n}" for n in est.notes)
+        try:
+            mb, ms = memory.max_batch(q, tier_v), memory.max_seq_len(q, tier_v)
+            lim = f"On **{tier_v}**: largest batch that fits **{mb}** (at seq {q.seq_len}), longest sequence **{ms}** (at batch {q.batch})."
+            sugg = memory.make_it_fit(q, tier_v)
+            fit_rows = [[s.rank, s.description, round(s.new_total_gib, 2), s.cost] for s in sugg]
+        except EngineError as exc:
+            lim, fit_rows = f"⚠ {exc}", []
+        return md, chart_df, rows, tier_rows, lim, fit_rows
+
+    outputs = [totals, chart, breakdown, tiers, limits, fit]
+    for comp in inputs:
+        comp.change(on_estimate, inputs, outputs, queue=False, show_progress="hidden")
+    return {"inputs": inputs, "names": names, "query_of": query_of, "copy_btn": copy_btn, "pick": pick, "outputs": outputs, "on_estimate": on_estimate}
+
+
+# --------------------------------------------------------------------------------------------------
+# Panel 2: fine-tune
+# --------------------------------------------------------------------------------------------------
+
+FT_MAIN = ["method", "base_model", "dataset"]
+FT_TRAIN = ["max_steps", "epochs", "learning_rate", "lr_scheduler", "warmup_ratio", "micro_batch_size", "grad_accum", "max_seq_len",
+            "precision", "grad_checkpointing", "optimizer", "weight_decay", "max_grad_norm", "seed", "eval_fraction", "train_on_prompt"]
+FT_LORA = ["lora.r", "lora.alpha", "lora.dropout", "lora.targets", "quant.quant_type", "quant.double_quant", "quant.compute_dtype"]
+FT_RUN = ["logging_steps", "save_steps", "save_total_limit", "run_name", "trust_remote_code"]
+FT_DEFAULTS = {"method": "lora", "base_model": "builtin:compact-mini", "dataset": "builtin:dates", "max_steps": 150,
+               "learning_rate": 2e-3, "micro_batch_size": 16, "max_seq_len": 64, "logging_steps": 5, "save_steps": 50}
+
+
+def _run_choices(jobs: JobManager) -> list[str]:
+    return [s.name for s in jobs.list_runs()]
+
+
+def _history_rows(jobs: JobManager) -> list[list[Any]]:
+    rows = []
+    for s in jobs.list_runs():
+        mem = f"{s.predicted_gib:.2f} / {s.measured_gib:.2f}" if s.predicted_gib and s.measured_gib else (f"- / {s.measured_gib:.2f}" if s.measured_gib else "")
+        score = " → ".join(f"{v:.0%}" for v in s.task_scores.values()) if s.task_scores else ""
+        rows.append([s.name, s.state, s.method, s.base_model, s.dataset, f"{s.step}/{s.max_steps}",
+                     None if s.best_eval_loss is None else round(s.best_eval_loss, 4), score,
+                     None if s.duration_s is None else round(s.duration_s), mem, "yes" if s.resumable else ""])
+    return rows
+
+
+def _status_md(s) -> str:
+    icon = {"running": "🟢", "finished": "✅", "stopped": "⏸", "failed": "❌", "killed": "⚠", "created": "…"}.get(s.state, "")
+    lines = [f"### {icon} {s.name}: {s.state}" + (f" — {s.phase}" if s.state == "running" and s.phase else "")]
+    if s.max_steps:
+        lines.append(f"step **{s.step} / {s.max_steps}**" + (f" · loss **{s.last_loss:.4f}**" if s.last_loss is not None else ""))
+    if s.predicted_gib or s.measured_gib:
+        lines.append(f"memory: predicted **{s.predicted_gib or 0:.2f} GiB** / measured **{s.measured_gib or 0:.2f} GiB** peak")
+    if s.task_scores:
+        lines.append("date task accuracy: " + " → ".join(f"{k} **{v:.0%}**" for k, v in s.task_scores.items()))
+    if s.state == "finished":
+        lines.append(f"Saved **{s.output}/** in `{s.path}` — choose `run:{s.name}` in the Playground.")
+    if s.state == "failed" and s.error:
+        lines.append(f"**Error:** {s.error}")
+    if s.resumable:
+        lines.append("This run can be resumed from its last checkpoint (Resume).")
+    return "\n\n".join(lines)
+
+
+def _progress_html(s, last: dict | None) -> str:
+    pct = 100.0 * s.step / s.max_steps if s.max_steps else 0.0
+    extra = ""
+    if last:
+        eta = last.get("eta_s")
+        extra = f" · {last.get('tokens_per_s', 0):.0f} tokens/s" + (f" · ETA {int(eta // 60)}m{int(eta % 60):02d}s" if eta is not None and s.state == "running" else "")
+    return (f"<div style='width:100%;background:#eee;border-radius:6px'><div style='width:{pct:.1f}%;background:#4f8ef7;height:14px;"
+            f"border-radius:6px'></div></div><small>{pct:.0f}%{extra}</small>")
+
+
+def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
+    watched = gr.State(None)  # the run this browser session is watching
+    with gr.Row():
+        with gr.Column(scale=2):
+            main = make_inputs(TrainConfig, only=FT_MAIN, values=FT_DEFAULTS)
+            main["base_model"] = main["base_model"]  # (kept for symmetry; choices set below)
+            upload = gr.File(label="…or upload a dataset (.jsonl .json .csv .txt .parquet)", file_types=[".jsonl", ".json", ".csv", ".txt", ".parquet"])
+            with gr.Accordion("Training", open=False):
+                train = make_inputs(TrainConfig, only=FT_TRAIN, values=FT_DEFAULTS)
+            with gr.Accordion("LoRA / quantization", open=False):
+                lora = make_inputs(TrainConfig, only=FT_LORA, values=FT_DEFAULTS)
+            with gr.Accordion("Run", open=False):
+                runf = make_inputs(TrainConfig, only=FT_RUN, values=FT_DEFAULTS)
+            with gr.Row():
+                start = gr.Button("Start training", variant="primary")
+                stop = gr.Button("Stop (saves a checkpoint)", variant="stop")
+            show_cmd = gr.Button("Show command")
+            command = gr.Code(label="Reproduce headless", language="yaml", visible=False)
+        with gr.Column(scale=3):
+            status = gr.Markdown("No run yet. Defaults: LoRA on the built-in compact model, learning date conversion (scored).")
+            progress = gr.HTML()
+            plot = gr.LinePlot(x="step", y="loss", color="kind", title="Loss", height=280, show_label=False)
+            log = gr.Textbox(label="Log (tail)", lines=8, max_lines=8, autoscroll=True)
+            with gr.Row():
+                run_pick = gr.Dropdown(choices=_run_choices(jobs), label="Run", info="Watch, resume or delete a run.", scale=3)
+                resume = gr.Button("Resume", scale=1)
+                delete = gr.Button("Delete", scale=1)
+            history = gr.Dataframe(headers=["run", "state", "method", "base", "data", "steps", "best eval loss", "task acc", "seconds",
+                                            "memory pred/meas GiB", "resumable"], interactive=False, label="Run history", wrap=True)
+    form = {**main, **train, **lora, **runf}
+    names = list(form)
+    timer = gr.Timer(1.0)
+
+    def config_of(upload_path: str | None, *vals: Any) -> TrainConfig:
+        values = dict(zip(names, vals))
+        if upload_path:
+            values["dataset"] = str(_keep_upload(upload_path, upload_dir))
+        values["quant.mode"] = "4bit" if values.get("method") == "qlora" else "none"
+        cfg = from_flat(TrainConfig, values)
+        check_ui_train_config(cfg, jobs.runs_dir, upload_dir)
+        return cfg
+
+    @ui_errors
+    def on_start(upload_path, *vals):
+        cfg = config_of(upload_path, *vals)
+        name = jobs.start(cfg)
+        gr.Info(f"Started run '{name}'. You can close this tab: the run goes on and is shown again when you come back.")
+        return name, gr.update(choices=_run_choices(jobs), value=name)
+
+    def on_poll(name):
+        if not name:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        try:
+            s = jobs.status(name)
+        except EngineError:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        from engine.runs import read_events
+
+        events = read_events(s.path)
+        last = next((e for e in reversed(events) if e.get("type") in ("progress", "base_progress")), None)
+        if s.state == "running" and not s.max_steps and last and last.get("type") == "base_progress":
+            s.phase = f"pretraining the built-in base: step {last['step']}/{last['max_steps']}, loss {last.get('loss') or 0:.3f}"
+        df = pd.DataFrame(s.losses or [{"step": 0, "loss": None, "kind": "train"}])
+        return _status_md(s), _progress_html(s, last), df, log_tail(s.path, 40), _history_rows(jobs)
+
+    @ui_errors
+    def on_stop(name):
+        if not name:
+            raise gr.Error("No run selected.")
+        jobs.stop(name, wait=False)
+        gr.Info(f"Asked '{name}' to stop: it saves a checkpoint at the next step, then exits (Resume continues it).")
+
+    @ui_errors
+    def on_resume(name):
+        if not name:
+            raise gr.Error("Pick a run to resume.")
+        jobs.resume(name)
+        gr.Info(f"Resuming '{name}' from its last complete checkpoint.")
+        return name
+
+    @ui_errors
+    def on_delete(name):
+        if not name:
+            raise gr.Error("Pick a run to delete.")
+        jobs.delete(name)
+        return None, gr.update(choices=_run_choices(jobs), value=None), _history_rows(jobs)
+
+    @ui_errors
+    def on_show_cmd(upload_path, *vals):
+        cfg = config_of(upload_path, *vals)
+        text = (f"# save as run.yaml, then:\n#   python -m engine train --config run.yaml\n"
+                f"# several GPUs/processes:\n#   accelerate launch -m engine train --config run.yaml\n{config_yaml(cfg)}")
+        return gr.update(value=text, visible=True)
+
+    def on_load():
+        active = jobs.active()
+        runs = _run_choices(jobs)
+        name = active or (runs[0] if runs else None)
+        return name, gr.update(choices=runs, value=name), _history_rows(jobs)
+
+    form_inputs = [upload, *form.values()]
+    start.click(on_start, form_inputs, [watched, run_pick], api_name="start_training", concurrency_limit=1, concurrency_id="jobs")
+    stop.click(on_stop, [watched], None, api_name="stop_training")
+    resume.click(on_resume, [run_pick], [watched], api_name="resume_training", concurrency_limit=1, concurrency_id="jobs")
+    delete.click(on_delete, [run_pick], [watched, run_pick, history], api_name="delete_run")
+    run_pick.input(lambda n: n, [run_pick], [watched], queue=False)
+    show_cmd.click(on_show_cmd, form_inputs, [command], api_name="show_command")
+    timer.tick(on_poll, [watched], [status, progress, plot, log, history], show_progress="hidden", queue=False)
+    return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": on_load, "poll": on_poll,
+            "status": status}
+
+
+def _keep_upload(path: str, upload_dir: Path) -> Path:
+    """Copy an upload out of gradio's temp dir (cleaned on exit) so the run can be resumed later."""
+    src = Path(path)
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
+    dest = upload_dir / f"{digest}-{src.name}"
+    if not dest.exists():
+        shutil.copyfile(src, dest)
+    return dest
+
+
+# --------------------------------------------------------------------------------------------------
+# Panel 3: playground
+# --------------------------------------------------------------------------------------------------
+
+
+def _playground_models(jobs: JobManager) -> list[str]:
+    from engine.loaders import builtin_model_dir
+    from engine.model import compact_presets
+
+    out = [f"builtin:{p}" for p in compact_presets() if (builtin_model_dir(p, jobs.runs_dir) / "config.json").exists()]
+    out += [f"run:{s.name}" for s in jobs.finished_runs()]
+    return out
+
+
+def build_playground(jobs: JobManager) -> dict[str, Any]:
+    with gr.Row():
+        with gr.Column(scale=2):
+            choices = _playground_models(jobs)
+            model = gr.Dropdown(choices=choices, value=choices[0] if choices else None, allow_custom_value=True, label="Model",
+                                info="A pretrained built-in model, a finished run (run:NAME: adapter applied on its base), or a Hugging Face id.")
+            refresh = gr.Button("Refresh model list", size="sm")
+            quant = gr.Dropdown(choices=["none", "8bit", "4bit"], value="none", label="Load as", info="bitsandbytes 8-bit / 4-bit (nf4, double quant) or unquantized.")
+            mode = gr.Radio(choices=["chat", "completion"], value="chat", label="Mode", info="chat: the model's chat template; completion: raw text continuation.")
+            system = gr.Textbox(label="System prompt (chat)", lines=2)
+            gen = make_inputs(GenerationSettings)
+        with gr.Column(scale=3):
+            chat = gr.Chatbot(label="Conversation", height=420, buttons=["copy"])
+            prompt = gr.Textbox(label="Prompt", placeholder="Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).", lines=2)
+            with gr.Row():
+                send = gr.Button("Generate", variant="primary")
+                stop = gr.Button("Stop")
+                clear = gr.Button("Clear")
+            stats = gr.Markdown()
+    gen_names = list(gen)
+
+    @ui_errors_gen
+    def on_send(model_ref, quant_mode, mode_v, system_v, prompt_v, history, *gen_vals):
+        from engine.generate import stream_generate
+        from engine.loaders import MODEL_CACHE
+
+        settings = from_flat(GenerationSettings, dict(zip(gen_names, gen_vals)))
+        ref = check_ui_model_ref(model_ref, jobs.runs_dir)
+        if not (prompt_v or "").strip():
+            raise gr.Error("Type a prompt first.")
+        loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir)
+        history = list(history or [])
+        if mode_v == "chat":
+            messages = ([{"role": "system", "content": system_v}] if system_v.strip() else []) + history + [{"role": "user", "content": prompt_v}]
+            request: Any = messages
+        else:
+            request = prompt_v
+        history = history + [{"role": "user", "content": prompt_v}, {"role": "assistant", "content": ""}]
+        yield history, "", "generating…"
+        for upd in stream_generate(loaded, request, settings, chat=mode_v == "chat"):
+            history[-1]["content"] = upd.text
+            info = f"{upd.n_tokens} tokens · {upd.tokens_per_s:.1f} tokens/s · first token {upd.ttft:.2f}s" if upd.ttft is not None else ""
+            if upd.done and getattr(upd, "peak_gib", None):
+                info += f" · peak {upd.peak_gib:.2f} GiB"
+            if getattr(upd, "notes", None):
+                info += " · " + "; ".join(upd.notes)
+            yield history, "", info
+
+    ev = send.click(on_send, [model, quant, mode, system, prompt, chat, *gen.values()], [chat, prompt, stats], api_name="generate",
+                    concurrency_limit=1, concurrency_id="gpu")
+    ev2 = prompt.submit(on_send, [model, quant, mode, system, prompt, chat, *gen.values()], [chat, prompt, stats],
+                        concurrency_limit=1, concurrency_id="gpu")
+    stop.click(None, None, None, cancels=[ev, ev2])
+    clear.click(lambda: ([], ""), None, [chat, stats], queue=False)
+    refresh.click(lambda: gr.update(choices=_playground_models(jobs)), None, [model], queue=False)
+    return {"model": model}
+
+
+# --------------------------------------------------------------------------------------------------
+# The page
+# --------------------------------------------------------------------------------------------------
+
+
+def build_app(runs_dir: Path) -> gr.Blocks:
+    runs_dir = Path(runs_dir)
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    upload_dir = runs_dir / "_uploads"
+    upload_dir.mkdir(exist_ok=True)
+    jobs = JobManager(runs_dir)  # shared by every browser session (its own lock serializes start/stop)
+    with gr.Blocks(title="Compact LLM Lab") as demo:
+        gr.Markdown("# Compact LLM Lab\nEstimate memory, fine-tune with QLoRA/LoRA, and generate — on a small GPU, a free Colab T4, or a CPU. "
+                    f"Runs are saved in `{runs_dir}`.")
+        with gr.Tabs():
+            with gr.Tab("Memory estimator"):
+                est = build_estimator()
+            with gr.Tab("Fine-tune"):
+                ft = build_finetune(jobs, upload_dir)
+            with gr.Tab("Playground"):
+                pg = build_playground(jobs)
+
+        form = ft["form"]
+
+        @ui_errors
+        def copy_to_finetune(pick_n, *vals):
+            q = est["query_of"](vals[0], *vals[2:])
+            sugg = memory.make_it_fit(q, vals[1]) if pick_n else []
+            chosen = next((s for s in sugg if s.rank == int(pick_n)), None)
+            if chosen is not None:
+                q = from_flat(MemoryQuery, {**{k: getattr(q, k) for k in q.__dataclass_fields__}, **chosen.changes})
+            values = train_values_from_query(q)
+            gr.Info("Copied to the Fine-tune form" + (f" with suggestion #{chosen.rank}" if chosen else "") + ".")
+            return [gr.update(value=values[n]) if n in values else gr.skip() for n in form]
+
+        est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], list(form.values()), api_name="copy_to_finetune")
+        demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate")
+        demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"]])
+        del pg
+    return demo
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Compact LLM Lab web app")
+    parser.add_argument("--share", action="store_true", help="Create a public gradio.live link (on by default on Colab).")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), help="0.0.0.0 to listen on all interfaces.")
+    parser.add_argument("--runs-dir", default=None, help="Where runs are stored (default: $COMPACT_LAB_RUNS or ./runs).")
+    args = parser.parse_args(argv)
+    if args.runs_dir:
+        os.environ["COMPACT_LAB_RUNS"] = args.runs_dir
+    from engine.runs import default_runs_dir
+
+    demo = build_app(default_runs_dir())
+    demo.queue(default_concurrency_limit=1)
+    demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, theme=gr.themes.Soft())
+
+
+if __name__ == "__main__":
+    main()

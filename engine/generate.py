@@ -1,0 +1,335 @@
+"""Streaming text generation over transformers' `generate` (playground and `python -m engine generate`).
+
+`stream_generate` runs `model.generate` in a worker thread with a `TextIteratorStreamer` and yields a
+`GenerationUpdate` per printable chunk (whole words: the streamer holds back a partial word until it is
+complete), then one final update with `done=True`, the exact token count and the peak memory. The
+concatenation of every `new_text` equals the final `text`.
+
+- Prompts: a list of chat messages goes through the tokenizer's chat template with the generation prompt
+  (gradio 6 delivers message content as a list of parts: `flatten_content` turns it into strings); a string
+  is one user message (chat=True) or raw text to continue (chat=False).
+- Context: max_new_tokens is clamped to what is left of the model's context (reported in `notes`); a prompt
+  that does not leave room for one token is a GenerationError.
+- Stop: a StoppingCriteria polls the caller's `threading.Event` after every token, so Stop ends the
+  generation at once. The worker thread is always joined: if the consumer stops iterating (a closed
+  gradio stream), the generator's `finally` sets the event and waits for the worker.
+- Seed: `settings.seed > 0` seeds torch's *global* RNG in the worker (HF `generate` samples from it and
+  takes no generator). Two generations at once in one process would share that RNG, so a seed is only
+  reproducible when generations do not overlap; the UI allows one generation per device at a time
+  (`concurrency_limit`), which also keeps them from competing for the GPU.
+- End of answer: eos ids are the model's and tokenizer's eos plus the single-token end-of-turn markers the
+  tokenizer has (`<|end|>`, `<|im_end|>`, `<|eot_id|>`, ...), so chat models stop after their turn.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .config import GenerationSettings
+from .device import peak_memory_gib, reset_peak
+from .errors import EngineError, GenerationError
+from .loaders import LoadedModel
+
+# Tokens that close a turn in common chat formats (ours is <|end|>); used as extra eos ids when present.
+END_OF_TURN_TOKENS = ("<|end|>", "<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|eot|>", "<|end_of_turn|>")
+_ROLES = ("system", "user", "assistant")
+_POLL_S = 0.1  # how often the consumer checks that the worker is still alive while waiting for text
+
+
+@dataclass
+class GenerationUpdate:
+    """One step of a streamed generation."""
+
+    text: str  # everything generated so far (prompt excluded)
+    new_text: str  # what this update added to `text`
+    n_tokens: int  # tokens generated so far (the final update counts exactly, eos included)
+    elapsed: float  # seconds since the request started
+    ttft: float | None  # seconds to the first generated token (includes templating and the prefill)
+    tokens_per_s: float | None  # decode speed: tokens after the first / time after the first
+    done: bool = False
+    peak_gib: float | None = None  # final update only: peak memory (CUDA allocated, or process peak RSS on CPU)
+    prompt_tokens: int = 0
+    max_new_tokens: int = 0  # after clamping to the context
+    finish_reason: str | None = None  # final update only: "eos", "length" or "stopped"
+    notes: list[str] = field(default_factory=list)
+
+
+def flatten_content(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Chat messages with plain-string content: gradio 6's `[{"type": "text", "text": ...}]` parts are
+    joined, non-text parts (files, images) are dropped, and only `role` and `content` are kept."""
+    flat: list[dict[str, str]] = []
+    for message in messages:
+        if not isinstance(message, dict):
+            raise GenerationError(
+                f"A chat message must be a mapping with 'role' and 'content', got {type(message).__name__}."
+            )
+        role = str(message.get("role", "user"))
+        if role not in _ROLES:
+            raise GenerationError(f"Unknown chat role {role!r}: use one of {', '.join(_ROLES)}.")
+        flat.append({"role": role, "content": _text_of(message.get("content"))})
+    return flat
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        if content.get("type", "text") == "text" and isinstance(content.get("text"), str):
+            return content["text"]
+        return ""  # a file/image/component part: nothing a text model can read
+    if isinstance(content, (list, tuple)):
+        return "".join(_text_of(part) for part in content)
+    return str(content)
+
+
+def _end_token_ids(loaded: LoadedModel) -> list[int]:
+    tokenizer, model = loaded.tokenizer, loaded.model
+    ids: list[int] = []
+
+    def add(value: Any) -> None:
+        if isinstance(value, int) and value >= 0 and value not in ids:
+            ids.append(value)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                add(v)
+
+    add(tokenizer.eos_token_id)
+    add(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
+    vocab = tokenizer.get_vocab()
+    for token in END_OF_TURN_TOKENS:
+        if token in vocab:
+            add(vocab[token])
+    return ids
+
+
+def _encode(loaded: LoadedModel, prompt: str | list[dict[str, Any]], chat: bool) -> dict[str, torch.Tensor]:
+    tokenizer = loaded.tokenizer
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise GenerationError("The prompt is empty: type something for the model to answer or continue.")
+        if not chat:
+            enc = tokenizer(prompt, return_tensors="pt")
+            return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+        messages = [{"role": "user", "content": prompt}]
+    else:
+        messages = flatten_content(list(prompt))
+        if not any(m["content"].strip() for m in messages):
+            raise GenerationError("The conversation is empty: type a message first.")
+        if not chat:
+            raise GenerationError("A list of chat messages needs chat=True (raw completion takes a string).")
+    if not getattr(tokenizer, "chat_template", None):
+        raise GenerationError(
+            "This tokenizer has no chat template; load the model with load_model (it adds one) or use raw completion."
+        )
+    try:
+        enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    except Exception as exc:  # jinja2 TemplateError and friends: the template rejected these messages
+        raise GenerationError(f"The chat template could not format these messages: {exc}") from exc
+    input_ids = enc["input_ids"]
+    mask = enc.get("attention_mask")
+    return {"input_ids": input_ids, "attention_mask": mask if mask is not None else torch.ones_like(input_ids)}
+
+
+class _StopOnEvent:
+    """StoppingCriteria: stop every sequence as soon as the event is set (checked after each token)."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+def _make_streamer(tokenizer: Any) -> Any:
+    from transformers import TextIteratorStreamer
+
+    class CountingStreamer(TextIteratorStreamer):
+        """Also counts generated tokens and stamps the first one (for ttft and tokens/s)."""
+
+        def __init__(self) -> None:
+            super().__init__(tokenizer, skip_prompt=True, skip_special_tokens=True)
+            self.n_tokens = 0
+            self.first_token_at: float | None = None
+
+        def put(self, value: torch.Tensor) -> None:
+            if not self.next_tokens_are_prompt:
+                self.n_tokens += int(value.numel())
+                if self.first_token_at is None:
+                    self.first_token_at = time.perf_counter()
+            super().put(value)
+
+    return CountingStreamer()
+
+
+def _gen_kwargs(settings: GenerationSettings, max_new: int, eos_ids: list[int], pad_id: int | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"max_new_tokens": max_new, "do_sample": settings.do_sample}
+    if settings.do_sample:
+        # Only pass sampling knobs when sampling: transformers warns about them in greedy mode.
+        kwargs.update(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
+    if settings.repetition_penalty != 1.0:
+        kwargs["repetition_penalty"] = settings.repetition_penalty
+    if eos_ids:
+        kwargs["eos_token_id"] = eos_ids
+    if pad_id is not None:
+        kwargs["pad_token_id"] = pad_id
+    return kwargs
+
+
+def stream_generate(
+    loaded: LoadedModel,
+    prompt: str | list[dict[str, Any]],
+    settings: GenerationSettings,
+    *,
+    chat: bool = True,
+    stop_event: threading.Event | None = None,
+    stop_strings: list[str] | None = None,
+) -> Iterator[GenerationUpdate]:
+    """Stream a generation as `GenerationUpdate`s (see the module docstring).
+
+    stop_event: set it (from any thread) to end the generation after the current token.
+    stop_strings: optional strings that end the generation once generated (kept in the text).
+    Raises GenerationError for an empty prompt, a prompt longer than the context, or a failed generate.
+    """
+    t0 = time.perf_counter()
+    model, tokenizer = loaded.model, loaded.tokenizer
+    inputs = _encode(loaded, prompt, chat)
+    prompt_len = int(inputs["input_ids"].shape[1])
+    notes: list[str] = []
+    max_new = settings.max_new_tokens
+    ctx = loaded.context_length
+    if ctx is not None:
+        if prompt_len >= ctx:
+            raise GenerationError(
+                f"The prompt is {prompt_len} tokens long but this model's context holds only {ctx} tokens, "
+                "leaving no room for an answer: shorten the prompt or clear the chat history."
+            )
+        if max_new > ctx - prompt_len:
+            notes.append(
+                f"max_new_tokens lowered from {max_new} to {ctx - prompt_len}: the model's context is {ctx} tokens "
+                f"and the prompt uses {prompt_len}."
+            )
+            max_new = ctx - prompt_len
+
+    from transformers import StoppingCriteriaList
+
+    device = next(model.parameters()).device
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    eos_ids = _end_token_ids(loaded)
+    stop = stop_event if stop_event is not None else threading.Event()
+    streamer = _make_streamer(tokenizer)
+    kwargs = _gen_kwargs(settings, max_new, eos_ids, tokenizer.pad_token_id)
+    if stop_strings:
+        kwargs.update(stop_strings=[s for s in stop_strings if s], tokenizer=tokenizer)
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            if settings.seed > 0:
+                torch.manual_seed(settings.seed)  # global RNG: see the module docstring
+            result["sequences"] = model.generate(
+                **inputs,
+                **kwargs,
+                streamer=streamer,
+                stopping_criteria=StoppingCriteriaList([_StopOnEvent(stop)]),
+            )
+        except BaseException as exc:  # re-raised in the consumer; the stream must still end
+            result["error"] = exc
+            streamer.end()
+
+    reset_peak(loaded.device)
+    worker = threading.Thread(target=work, name="stream_generate", daemon=True)
+    text = ""
+    worker.start()
+    try:
+        while True:
+            try:
+                chunk = streamer.text_queue.get(timeout=_POLL_S)
+            except queue.Empty:
+                if worker.is_alive():
+                    continue
+                break  # worker died without ending the stream (should not happen: it ends it on error)
+            if chunk is streamer.stop_signal:
+                break
+            if not chunk:
+                continue
+            text += chunk
+            yield _update(text, chunk, streamer, t0, prompt_len, max_new, notes)
+        worker.join()
+        if "error" in result:
+            exc = result["error"]
+            if isinstance(exc, EngineError):
+                raise exc
+            if isinstance(exc, torch.OutOfMemoryError):
+                raise GenerationError(
+                    "Out of memory while generating: lower max new tokens, shorten the prompt, "
+                    "or load the model in 4-bit."
+                ) from exc
+            raise GenerationError(f"Generation failed: {type(exc).__name__}: {exc}") from exc
+        sequences = result["sequences"]
+        generated = sequences[0, prompt_len:]
+        n = int(generated.numel())
+        if n and int(generated[-1]) in eos_ids:
+            reason = "eos"
+        elif n >= max_new:
+            reason = "length"
+        else:
+            reason = "stopped"  # the stop event or a stop string
+        final = _update(text, "", streamer, t0, prompt_len, max_new, notes)
+        final.n_tokens = n
+        final.tokens_per_s = _decode_speed(n, streamer.first_token_at, time.perf_counter())
+        final.done = True
+        final.finish_reason = reason
+        final.peak_gib = peak_memory_gib(loaded.device)
+        yield final
+    finally:
+        # Reached on normal end, on error, and when the consumer closes the generator early (then the
+        # worker is still running: stop it after its current token instead of leaking the thread).
+        if worker.is_alive():
+            stop.set()
+        worker.join()
+
+
+def _decode_speed(n: int, first_at: float | None, now: float) -> float | None:
+    if first_at is None or n < 2 or now <= first_at:
+        return None
+    return (n - 1) / (now - first_at)
+
+
+def _update(
+    text: str, chunk: str, streamer: Any, t0: float, prompt_len: int, max_new: int, notes: list[str]
+) -> GenerationUpdate:
+    now = time.perf_counter()
+    first = streamer.first_token_at
+    return GenerationUpdate(
+        text=text,
+        new_text=chunk,
+        n_tokens=streamer.n_tokens,
+        elapsed=now - t0,
+        ttft=None if first is None else first - t0,
+        tokens_per_s=_decode_speed(streamer.n_tokens, first, now),
+        prompt_tokens=prompt_len,
+        max_new_tokens=max_new,
+        notes=list(notes),
+    )
+
+
+def generate_text(
+    loaded: LoadedModel,
+    prompt: str | list[dict[str, Any]],
+    settings: GenerationSettings,
+    chat: bool = True,
+) -> str:
+    """The whole generated text at once (same path as `stream_generate`), for the CLI and tests."""
+    final: GenerationUpdate | None = None
+    for update in stream_generate(loaded, prompt, settings, chat=chat):
+        final = update
+    return final.text if final is not None else ""

@@ -1,0 +1,77 @@
+"""Moving settings between panels: an estimator query <-> fine-tune form values, model choice lists.
+
+Kept out of app.py so the UI stays free of logic and so the mapping is tested on its own.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .config import MemoryQuery, TrainConfig
+from .errors import ConfigError
+
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
+
+
+def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
+    """Fine-tune form values (TrainConfig dotted field names) for an estimator query."""
+    values: dict[str, Any] = {
+        "micro_batch_size": q.batch,
+        "grad_accum": q.grad_accum,
+        "max_seq_len": q.seq_len,
+        "grad_checkpointing": q.grad_ckpt,
+        "lora.r": q.lora_r,
+        "lora.alpha": 2 * q.lora_r,
+    }
+    if q.task in ("qlora", "lora", "full"):
+        values["method"] = q.task
+    if q.task == "lora" and q.weight_precision == "int8":
+        values["method"] = "lora"
+    if q.task == "qlora" and q.weight_precision in ("nf4", "fp4"):
+        values["quant.mode"] = "4bit"
+        values["quant.quant_type"] = q.weight_precision
+        values["quant.double_quant"] = q.double_quant
+    if q.optimizer in ("adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "sgd"):
+        values["optimizer"] = q.optimizer
+    targets = q.lora_targets
+    if isinstance(targets, (list, tuple)):
+        targets = ",".join(targets)
+    values["lora.targets"] = _train_targets(str(targets))
+    if not q.model.startswith("/") and not q.model.endswith(".json"):
+        values["base_model"] = q.model
+    values["precision"] = {"amp-fp16": "fp16", "amp-bf16": "bf16", "pure-bf16": "bf16", "fp32": "fp32"}[q.training_precision]
+    return values
+
+
+_SHORT = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj", "down": "down_proj", "lm_head": "lm_head"}
+
+
+def _train_targets(spec: str) -> str:
+    if spec in ("all-linear", "attention"):
+        return spec
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    return ",".join(_SHORT.get(p, p) for p in parts) or "all-linear"
+
+
+def check_ui_model_ref(ref: str, runs_dir: Path) -> str:
+    """Model references accepted from a browser: built-in, run:NAME, or a Hub id — never a server path."""
+    ref = (ref or "").strip()
+    if ref.startswith(("builtin:", "run:")):
+        name = ref.split(":", 1)[1]
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) or ".." in name:
+            raise ConfigError("model", ref, "builtin:NAME or run:NAME with a plain name")
+        return ref
+    if ref.startswith(("/", "~", ".")) or "\\" in ref or ".." in ref or not HUB_ID_RE.match(ref):
+        raise ConfigError("model", ref, "a built-in model, one of your runs, or a Hugging Face id like 'Qwen/Qwen2.5-0.5B' (server paths are not accepted from the browser)")
+    return ref
+
+
+def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path) -> None:
+    """Reject browser-supplied configs that name server paths (model folders, arbitrary data files)."""
+    check_ui_model_ref(cfg.base_model, runs_dir)
+    if not cfg.dataset.startswith("builtin:"):
+        path = Path(cfg.dataset).resolve()
+        if not path.is_relative_to(Path(upload_dir).resolve()):
+            raise ConfigError("dataset", cfg.dataset, "a built-in dataset or a file uploaded through the form")

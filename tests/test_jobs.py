@@ -1,0 +1,73 @@
+"""Jobs run as subprocesses: one at a time, found again by a new manager (app restart), kill -9 + resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from engine.config import TrainConfig
+from engine.errors import JobError
+from engine.jobs import JobManager
+from engine.runs import last_complete_checkpoint, read_events
+
+
+def _wait(pred, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _cfg(name, steps, **kw):
+    base = dict(method="lora", base_model="builtin:compact-mini", dataset="builtin:dates", max_steps=steps, micro_batch_size=4,
+                max_seq_len=64, logging_steps=1, save_steps=3, eval_fraction=0.0, run_name=name)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_kill9_then_resume_finishes_with_same_steps(runs_dir):
+    jobs = JobManager(runs_dir)
+    name = jobs.start(_cfg("t-kill", 12))
+    run_dir = runs_dir / name
+    with pytest.raises(JobError, match="still training"):
+        jobs.start(_cfg("t-second", 2))
+    assert JobManager(runs_dir).active() == name  # a restarted app finds the running job
+    _wait(lambda: (c := last_complete_checkpoint(run_dir)) is not None and int(c.name.split("-")[1]) >= 3, 240, "a checkpoint")
+    pid = int((run_dir / "pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)  # kill -9, no chance to clean up
+    _wait(lambda: jobs.status(name).state != "running", 30, "the process to die")
+    s = jobs.status(name)
+    assert s.state == "killed" and s.resumable
+    jobs.resume(name)
+    _wait(lambda: jobs.status(name).state in ("finished", "failed"), 300, "the resumed run")
+    s = jobs.status(name)
+    assert s.state == "finished", open(run_dir / "train.log").read()[-3000:]
+    done = [e for e in read_events(run_dir) if e["type"] == "done"][-1]
+    assert done["steps"] == 12
+    starts = [e for e in read_events(run_dir) if e["type"] == "start"]
+    assert starts[-1]["resumed_from"] is not None
+
+
+def test_stop_request_saves_and_is_resumable(runs_dir):
+    jobs = JobManager(runs_dir, stop_grace_s=120)
+    name = jobs.start(_cfg("t-jobstop", 400, save_steps=1000))
+    run_dir = runs_dir / name
+    _wait(lambda: any(e["type"] == "progress" and e["step"] >= 2 for e in read_events(run_dir)), 240, "training to start")
+    s = jobs.stop(name)
+    assert s.state == "stopped", open(run_dir / "train.log").read()[-3000:]
+    assert s.resumable and last_complete_checkpoint(run_dir) is not None
+    jobs.delete(name)
+    assert not run_dir.exists()
+
+
+def test_failed_run_reports_error(runs_dir):
+    jobs = JobManager(runs_dir)
+    name = jobs.start(_cfg("t-fail", 2, dataset=str(runs_dir / "missing.jsonl")))
+    _wait(lambda: jobs.status(name).state != "running", 120, "the run to fail")
+    s = jobs.status(name)
+    assert s.state == "failed" and "missing.jsonl" in (s.error or "")
