@@ -4,14 +4,19 @@ bitsandbytes 0.50 `Linear4bit.forward` converts its 4-bit weight into an AVX512-
 (`_convert_weight_packed_for_cpu`) the first time it runs on a CPU with AVX512-BF16, in eval mode, on an
 input that does not require grad: exactly what `generate`, the playground and Trainer evaluation do. The
 conversion is permanent for the layer, and afterwards `matmul_4bit` takes an inference-only kernel
-(`gemv_4bit`) on CPU, through which no gradient reaches the layer's input. A QLoRA model that was used for
-inference and then trained gets wrong LoRA gradients for every layer below a repacked one (tens of percent
-off) while its loss looks normal, so nothing visibly fails. tests/test_bnb_safety.py shows it.
+(`gemv_4bit`, which has no autograd formula) on CPU. A QLoRA model that was used for inference and then
+trained gets wrong LoRA gradients (in our test up to 110% off) while its loss is unchanged, so nothing
+visibly fails; on layers with a bias the backward raises an in-place RuntimeError instead.
+tests/test_bnb_safety.py shows both.
 
 Two remedies, both here:
 - `disable_cpu_repack` switches the conversion off per layer (`support_avx512bf16_for_cpu = False`, the
   attribute bitsandbytes reads). `load_model` calls it on every 4-bit model it returns. Cost: CPU 4-bit
-  inference uses the generic dequantize+matmul path instead of the packed bf16 kernel.
+  inference uses the generic dequantize+matmul path instead of the packed bf16 kernel. Measured on a
+  2-core AVX512-BF16 CPU, greedy decoding after a 218-token prompt (best of 4, noisy shared machine):
+  compact-mini 269 vs 369 tok/s, compact-course 61-135 vs 196-212 tok/s, a 0.2B Llama-shaped model
+  9-11 vs 42-52 tok/s (guarded vs repacked; fp32 unquantized: 625, 148, 19.5 tok/s). Greedy outputs
+  were identical. A caller that only ever generates may opt out with `load_model(allow_cpu_repack=True)`.
 - `undo_cpu_repack` converts already-repacked layers back, the way bitsandbytes' own `_save_to_state_dict`
   does. It is a best-effort inverse: the packed layout stored the block scales (absmax) in bf16, so the
   restored weights differ from the original ones by bf16 rounding of the scales (~0.3% in the gradients in

@@ -399,30 +399,60 @@ class GenerationSettings:
 # (The estimator's query. Owned by engine/memory.py's author: keep the keys equal to the CLI query format.)
 
 Task = Literal["inference", "full", "lora", "qlora"]
+WeightPrecision = Literal["auto", "fp32", "fp16", "bf16", "int8", "nf4", "fp4"]
 
 
 @dataclass
 class MemoryQuery:
-    """One "will it fit?" question. Keys equal the `estimate --queries` JSONL format."""
+    """One "will it fit?" question. Keys equal the `estimate --queries` JSONL format (engine/memory.py)."""
 
-    model: str = opt("builtin:compact-mini", "Built-in preset, catalog name, Hugging Face id, or a path to a config.json.", label="Model")
-    task: Task = opt("qlora", "inference, full fine-tune, LoRA or QLoRA.", label="Task")
-    weight_precision: Literal["fp32", "fp16", "bf16", "int8", "nf4", "fp4"] = opt("nf4", "Precision of the (frozen) base weights.", label="Weight precision")
-    double_quant: bool = opt(True, "4-bit double quantization of the quantization constants.", label="Double quant")
-    training_precision: Literal["amp-fp16", "amp-bf16", "pure-bf16", "fp32"] = opt("amp-bf16", "Training precision.", label="Training precision")
-    optimizer: Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "sgd", "adafactor"] = opt("adamw", "Optimizer.", label="Optimizer")
-    lora_r: int = opt(16, "LoRA rank.", min=1, max=1024, step=1, label="LoRA rank")
-    lora_targets: str = opt("all-linear", "'all-linear', 'attention', or a comma list of q,k,v,o,gate,up,down,lm_head.", label="LoRA targets")
-    batch: int = opt(1, "Micro batch size.", min=1, max=65536, step=1, label="Batch")
-    seq_len: int = opt(512, "Sequence length (prompt length for inference).", min=1, max=1_048_576, step=1, label="Sequence length")
-    new_tokens: int = opt(256, "Tokens generated (inference).", min=0, max=1_048_576, step=1, label="New tokens")
-    grad_ckpt: bool = opt(False, "Gradient checkpointing.", label="Gradient checkpointing")
-    attention: Literal["sdpa", "eager"] = opt("sdpa", "Attention implementation.", label="Attention")
-    chunked_loss: bool = opt(False, "Chunked cross-entropy (no full logits tensor).", label="Chunked loss")
-    grad_accum: int = opt(1, "Gradient accumulation (effective batch only; no memory effect).", min=1, max=65536, step=1, label="Gradient accumulation")
+    model: str = opt("builtin:compact-mini", "Built-in preset, catalog name, Hugging Face id, path to a config.json, or manual:L=..,h=..,a=..,kv=..,i=..,v=..,tied=0|1.", label="Model")
+    task: Task = opt("qlora", "inference (prompt + generated tokens), full fine-tune, LoRA on 16/32-bit weights, or QLoRA (LoRA on 4-bit weights).", label="Task")
+    weight_precision: WeightPrecision = opt(
+        "auto",
+        "Storage of the base weights. auto: nf4 for QLoRA, bf16 for LoRA and inference, fp32 master weights for AMP full fine-tuning. int8/nf4/fp4 are bitsandbytes.",
+        label="Weight precision",
+    )
+    double_quant: bool = opt(True, "4-bit double quantization: quantize the quantization constants too (~0.4 bit per weight less).", label="Double quant")
+    training_precision: Literal["amp-fp16", "amp-bf16", "pure-bf16", "fp32"] = opt(
+        "amp-bf16",
+        "amp-*: autocast to 16-bit, trainable weights kept in fp32 (HF Trainer fp16/bf16=True); pure-bf16: everything in bf16, "
+        "adapters and optimizer state included (litgpt bf16-true, torchtune); fp32: no autocast. Ignored for inference.",
+        label="Training precision",
+    )
+    optimizer: Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "sgd", "adafactor"] = opt(
+        "adamw",
+        "AdamW keeps 2 states per trainable weight (8 bytes in fp32); 8-bit AdamW ~2 bytes; paged variants live in unified memory "
+        "and can spill to CPU RAM; SGD (no momentum, as HF's 'sgd') none; Adafactor factored second moments.",
+        label="Optimizer",
+    )
+    lora_r: int = opt(16, "LoRA rank: each targeted linear layer gets r x (d_in + d_out) trainable weights.", min=1, max=1024, step=1, label="LoRA rank")
+    lora_targets: str = opt(
+        "all-linear",
+        "'all-linear', 'attention', or a comma list of q,k,v,o,gate,up,down,lm_head (module names such as q_proj also work). "
+        "In a JSON query it may also be a list.",
+        label="LoRA targets",
+    )
+    lora_dropout: float = opt(0.05, "LoRA dropout (> 0 keeps a mask and a copy of each adapter's input for backward).", min=0.0, max=0.9, step=0.01, label="LoRA dropout")
+    batch: int = opt(1, "Micro-batch size: sequences per forward/backward pass.", min=1, max=65536, step=1, label="Batch")
+    seq_len: int = opt(512, "Tokens per sequence (training: padded length; inference: prompt length).", min=1, max=1_048_576, step=1, label="Sequence length")
+    new_tokens: int = opt(256, "Tokens generated after the prompt (inference only).", min=0, max=1_048_576, step=1, label="New tokens")
+    grad_ckpt: bool = opt(False, "Gradient checkpointing: keep only each layer's input and recompute the rest in backward (~30% slower).", label="Gradient checkpointing")
+    attention: Literal["sdpa", "eager"] = opt("sdpa", "sdpa/flash keeps O(seq) per layer; eager materializes the seq x seq attention matrix.", label="Attention")
+    chunked_loss: bool = opt(False, "Chunked cross-entropy (litgpt/torchtune style): no fp32 copy of the full logits.", label="Chunked loss")
+    grad_accum: int = opt(1, "Gradient accumulation steps (effective batch = batch x accumulation; gradients are then kept between micro-batches).", min=1, max=65536, step=1, label="Gradient accumulation")
 
     def __post_init__(self) -> None:
+        # A JSON query may give lora_targets as a list; store the canonical comma form (the CLI/UI use text).
+        if isinstance(self.lora_targets, (list, tuple)):
+            if not all(isinstance(t, str) for t in self.lora_targets):
+                raise ConfigError("lora_targets", self.lora_targets, "a list of names such as ['q', 'v']")
+            self.lora_targets = ",".join(t.strip() for t in self.lora_targets)
         validate(self)
+        if not str(self.model).strip():
+            raise ConfigError("model", self.model, "a built-in preset, catalog name, Hugging Face id, config.json path or manual:... architecture")
+        if not str(self.lora_targets).strip():
+            raise ConfigError("lora_targets", self.lora_targets, "'all-linear', 'attention' or a comma list such as 'q,v'")
 
 
 # --- end memory -----------------------------------------------------------------------------------

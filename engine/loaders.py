@@ -124,6 +124,13 @@ def _run_dir(name: str, runs_dir: Path) -> Path:
     return runs_dir / name
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long for the filesystem, an embedded NUL byte...
+        return False
+
+
 def _is_within(path: Path, root: Path) -> bool:
     try:
         return path.resolve().is_relative_to(root.resolve())
@@ -149,11 +156,10 @@ def _read_run_base(run_dir: Path) -> tuple[str | None, QuantSettings | None]:
     if data.get("method") == "qlora":
         q = data.get("quant") or {}
         try:
+            # The weight format follows the run; the compute dtype follows the device it is loaded on now
+            # (a run trained in bf16 on an A100 must still load on a T4).
             quant = QuantSettings(
-                mode="4bit",
-                quant_type=q.get("quant_type", "nf4"),
-                double_quant=bool(q.get("double_quant", True)),
-                compute_dtype=q.get("compute_dtype", "auto"),
+                mode="4bit", quant_type=q.get("quant_type", "nf4"), double_quant=bool(q.get("double_quant", True))
             )
         except EngineError:
             quant = QuantSettings(mode="4bit")
@@ -215,7 +221,7 @@ def _resolve(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int = 0) 
     path = Path(ref).expanduser()
     # Anything that exists on disk is a path (from_pretrained would prefer the folder over a Hub id of the
     # same spelling), and so is anything that looks like one.
-    if path.exists() or path.is_absolute() or ref.startswith((".", "~", os.sep)):
+    if _exists(path) or path.is_absolute() or ref.startswith((".", "~", os.sep)):
         if not (allow_local_paths or _is_within(path, runs_dir)):
             raise ModelLoadError(
                 f"{ref!r} is a path on the server; only built-in models, runs (run:NAME) and Hugging Face ids can "
@@ -263,7 +269,7 @@ def _resolve_adapter(adapter: str, runs_dir: Path, allow_local_paths: bool) -> s
             )
         return str(folder)
     path = Path(adapter).expanduser()
-    if path.exists() or adapter.startswith(("/", ".", "~")):
+    if _exists(path) or path.is_absolute() or adapter.startswith((".", "~", os.sep)):
         if not (allow_local_paths or _is_within(path, runs_dir)):
             raise ModelLoadError(
                 f"{adapter!r} is a path on the server; name an adapter as run:NAME or a Hugging Face id."
@@ -559,7 +565,8 @@ class ModelCache:
     Keeps at most `max_models` models (least recently used is unloaded first). The default of one is
     deliberate: a small GPU holds one model, and loading a second before freeing the first is the classic
     playground OOM. Loads run under the lock, so two sessions asking for the same model load it once and
-    two different loads never compete for memory. Unloading drops the cache's reference; the memory is
+    two different loads never compete for memory (the eviction happens before the load, so a failed load
+    leaves the cache empty rather than over-full). Unloading drops the cache's reference; the memory is
     freed once no generation still holds the model.
     """
 

@@ -212,8 +212,8 @@ def _training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: t
         bf16=dtype == torch.bfloat16 and not on_cpu,
         fp16=dtype == torch.float16,
         use_cpu=on_cpu,
-        gradient_checkpointing=cfg.grad_checkpointing,
-        gradient_checkpointing_kwargs={"use_reentrant": False} if cfg.grad_checkpointing else None,
+        activation_checkpointing=cfg.grad_checkpointing,  # transformers 5 name of gradient checkpointing
+        activation_checkpointing_kwargs={"use_reentrant": False} if cfg.grad_checkpointing else None,
         logging_steps=cfg.logging_steps,
         logging_first_step=True,
         save_strategy="steps",
@@ -232,11 +232,11 @@ def _training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: t
 
 
 def _prepare_data(cfg: TrainConfig, tokenizer: Any, max_len: int, events: EventLog) -> tuple[list, list, dict]:
-    from .data import chunk_corpus, load_records, split_eval, tokenize_records
+    from .data import chunk_corpus, load_records, record_texts, split_eval, tokenize_records
 
     recordset = load_records(cfg.dataset)
     if cfg.method == "scratch" or recordset.format == "text":
-        texts = _texts_of(recordset)
+        texts = record_texts(recordset)
         examples = chunk_corpus(texts, tokenizer, max_len)
         report = {"rows_in": len(recordset.records), "blocks": len(examples), "block_size": max_len}
     else:
@@ -249,14 +249,6 @@ def _prepare_data(cfg: TrainConfig, tokenizer: Any, max_len: int, events: EventL
     report.update({"train_examples": len(train), "eval_examples": len(evals)})
     events.write("data", **{k: v for k, v in report.items() if k != "dropped"}, dropped=len(report.get("dropped", []) or []))
     return train, evals, report
-
-
-def _texts_of(recordset: Any) -> list[str]:
-    from .data import to_messages
-
-    if recordset.format == "text":
-        return [r["text"] for r in recordset.records]
-    return ["\n".join(m["content"] for m in to_messages(r, recordset.format)) for r in recordset.records]
 
 
 def _task_score(model: Any, tokenizer: Any, events: EventLog, when: str) -> None:
@@ -296,10 +288,10 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     reset_peak(device)
 
     if cfg.method == "scratch":
-        from .data import load_records
+        from .data import load_records, record_texts
 
         events.write("phase", phase="training a tokenizer on the dataset")
-        model, tokenizer = _build_scratch(cfg, _texts_of(load_records(cfg.dataset)))
+        model, tokenizer = _build_scratch(cfg, record_texts(load_records(cfg.dataset)))
         max_len = min(cfg.max_seq_len, model.config.max_position_embeddings)
         model_cfg_path = None
     else:

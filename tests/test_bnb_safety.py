@@ -136,3 +136,15 @@ def test_with_biases_the_unguarded_backward_fails_loudly_and_the_guard_fixes_it(
     guarded = load4(biased)
     generate_text(guarded, "say hello", GREEDY)
     assert max_rel_diff(fresh, lora_grads(guarded)) == 0.0
+
+
+def test_inference_only_callers_can_opt_in_to_the_fast_layout(tiny_dir):
+    fast = load_model(
+        str(tiny_dir), QUANT, runs_dir=tiny_dir.parent, device=CPU, allow_local_paths=True, allow_cpu_repack=True
+    )
+    assert fast.cpu_repack_allowed
+    guarded = load4(tiny_dir)
+    assert generate_text(fast, "what color is the sky", GREEDY) == generate_text(
+        guarded, "what color is the sky", GREEDY
+    )
+    assert count_repacked(fast.model) == (12 if has_avx512bf16() else 0)

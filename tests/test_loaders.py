@@ -173,6 +173,8 @@ def test_builtin_loads_from_the_runs_cache(runs, tiny_dir):
         "builtin:a/b",
         "../runs",
         "/etc",
+        "a\x00b",
+        "x" * 5000,
         "~",
     ],
 )
