@@ -58,7 +58,9 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
         elif spec.type in (int, float) and spec.min is not None and spec.max is not None and spec.step and (spec.max - spec.min) / spec.step <= 5000:
             comps[name] = gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common)
         elif spec.type in (int, float):
-            comps[name] = gr.Number(minimum=spec.min, maximum=spec.max, precision=0 if spec.type is int else None, **common)
+            # No gradio-side bounds: the dataclass validates, with a message that names the field.
+            bounds = f" Allowed: {spec.min:g} to {spec.max:g}." if spec.min is not None and spec.max is not None else ""
+            comps[name] = gr.Number(precision=0 if spec.type is int else None, **{**common, "info": spec.help + bounds})
         else:
             comps[name] = gr.Textbox(**common)
     return comps

@@ -52,7 +52,7 @@ class GenerationUpdate:
     n_tokens: int  # tokens generated so far (the final update counts exactly, eos included)
     elapsed: float  # seconds since the request started
     ttft: float | None  # seconds to the first generated token (includes templating and the prefill)
-    tokens_per_s: float | None  # decode speed: tokens after the first / time after the first
+    tokens_per_s: float  # decode speed: tokens after the first / time after the first (0.0 until 2 tokens)
     done: bool = False
     peak_gib: float | None = None  # final update only: peak memory (CUDA allocated, or process peak RSS on CPU)
     prompt_tokens: int = 0
@@ -227,8 +227,9 @@ def stream_generate(
     stop = stop_event if stop_event is not None else threading.Event()
     streamer = _make_streamer(tokenizer)
     kwargs = _gen_kwargs(settings, max_new, eos_ids, tokenizer.pad_token_id)
-    if stop_strings:
-        kwargs.update(stop_strings=[s for s in stop_strings if s], tokenizer=tokenizer)
+    stop_strings = [s for s in stop_strings or () if s]
+    if stop_strings:  # HF matches them on the token level; it needs the tokenizer for that
+        kwargs.update(stop_strings=stop_strings, tokenizer=tokenizer)
     result: dict[str, Any] = {}
 
     def work() -> None:
@@ -298,9 +299,10 @@ def stream_generate(
         worker.join()
 
 
-def _decode_speed(n: int, first_at: float | None, now: float) -> float | None:
+def _decode_speed(n: int, first_at: float | None, now: float) -> float:
+    # Always a number (callers format it): 0.0 until a speed can be measured.
     if first_at is None or n < 2 or now <= first_at:
-        return None
+        return 0.0
     return (n - 1) / (now - first_at)
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -665,51 +664,73 @@ def _best_batch(q: MemoryQuery, tier: HardwareTier) -> int:
 def make_it_fit(query: MemoryQuery, tier_name: str) -> list[Suggestion]:
     """The cheapest changes that bring the job under the tier's usable memory, cheapest first.
 
-    Single changes that are enough on their own come first (ranked by their cost in speed/quality, then by
-    memory left over); when none is enough alone, the cheapest combination found greedily is offered. An empty
-    list means the job already fits (or that nothing in reach makes it fit: then one entry says so).
+    Single changes that are enough on their own come first, ranked by their cost in speed/quality and then by
+    the memory they leave free; a shorter sequence only counts when it keeps at least half of it. Unless a cheap
+    single change (<= checkpointing) suffices, the cheapest combination found greedily is offered too: cheap
+    changes first, then micro-batch 1 with accumulation, then the longest sequence that fits. An empty list
+    means the job already fits comfortably; a single entry with empty `changes` says nothing in reach fits.
     """
     tier = tier_by_name(tier_name)
     arch = resolve(query.model)
-    if _fits(query, tier) and need_gib(query, tier)[0] <= CAL["fits_share"] * tier.usable_gib:
+    if _verdict(*need_gib(query, tier), tier) == "fits":
         return []
-    singles = []
+    ranked: list[tuple[int, float, Suggestion]] = []
     for key, desc, changes in _candidates(query, arch, tier):
+        if key in ("seq_len", "new_tokens") and 2 * next(iter(changes.values())) < getattr(query, key):
+            continue  # halving the sequence or more is not a fix worth offering on its own
         cand = dataclasses.replace(query, **changes)
         need, paged = need_gib(cand, tier)
         verdict = _verdict(need, paged, tier)
         if verdict != "no":
-            singles.append((_COSTS[key][0], -(tier.usable_gib - need), key, desc, changes, need, verdict))
-    singles.sort(key=lambda t: (t[0], t[1]))
-    out = [Suggestion(desc, changes, round(need, 3), _COSTS[key][1], 0, verdict) for _, _, key, desc, changes, need, verdict in singles]
+            ranked.append((_COSTS[key][0], need + paged, Suggestion(desc, changes, round(need, 3), _COSTS[key][1], 0, verdict)))
+    if not any(r[0] <= _COSTS["grad_ckpt"][0] and r[2].verdict == "fits" for r in ranked):
+        combo = _combination(query, arch, tier)
+        if combo is not None and all(r[2].changes != combo[2].changes for r in ranked):
+            ranked.append(combo)
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    out = [r[2] for r in ranked]
     if not out:
-        combo, cost_keys, q = {}, [], query
-        for key, _desc, changes in sorted(_candidates(query, arch, tier), key=lambda t: _COSTS[t[0]][0]):
-            if key in ("seq_len", "new_tokens", "batch"):
-                continue  # re-derived below for the already-reduced job
-            if any(k in combo for k in changes):
+        floor = dataclasses.replace(query, batch=1, seq_len=min(query.seq_len, 16), new_tokens=min(query.new_tokens, 16))
+        need, _ = need_gib(floor, tier)
+        out.append(Suggestion(f"Nothing in reach fits {tier.label}: even batch 1 with {floor.seq_len} tokens needs {need:.1f} GiB "
+                              f"(usable {tier.usable_gib:.1f} GiB); pick a larger card, a smaller model or QLoRA.", {}, round(need, 3), "", 0, "no"))
+    return [dataclasses.replace(s, rank=i + 1) for i, s in enumerate(out)]
+
+
+def _combination(query: MemoryQuery, arch: Arch, tier: HardwareTier) -> tuple[int, float, Suggestion] | None:
+    """Greedy: apply the cheapest change that still helps until the job fits; shorten the sequence last."""
+    q, combo, keys = query, {}, []
+    while _verdict(*need_gib(q, tier), tier) != "fits":
+        options = []
+        for key, _desc, changes in _candidates(q, arch, tier):
+            if key in ("seq_len", "new_tokens") or any(k in combo and k != "grad_accum" for k in changes):
+                continue
+            if changes.get("optimizer") == "paged-adamw-8bit":
+                continue  # plain 8-bit AdamW saves the same; paging is offered as a single change
+            if key == "batch" and "batch" in combo:
                 continue
             nq = dataclasses.replace(q, **changes)
-            if need_gib(nq, tier)[0] < need_gib(q, tier)[0]:
-                q, combo = nq, {**combo, **changes}
-                cost_keys.append(key)
-                if _fits(q, tier):
-                    break
-        if not _fits(q, tier):
-            for key, _desc, changes in _candidates(q, arch, tier):
-                if key in ("batch", "seq_len", "new_tokens"):
-                    nq = dataclasses.replace(q, **changes)
-                    if _fits(nq, tier):
-                        q, combo = nq, {**combo, **changes}
-                        cost_keys.append(key)
-                        break
-        if _fits(q, tier):
-            need, paged = need_gib(q, tier)
-            desc = "Together: " + ", ".join(f"{k}={v}" for k, v in combo.items())
-            cost = "; ".join(dict.fromkeys(_COSTS[k][1] for k in cost_keys))
-            out.append(Suggestion(desc, combo, round(need, 3), cost, 0, _verdict(need, paged, tier)))
-        else:
-            need, _ = need_gib(q, tier)
-            out.append(Suggestion(f"Nothing in reach fits {tier.label}: even {json.dumps(combo)} needs {need:.1f} GiB; pick a larger card or a smaller model.",
-                                  {}, round(need, 3), "", 0, "no"))
-    return [dataclasses.replace(s, rank=i + 1) for i, s in enumerate(out)]
+            need = sum(need_gib(nq, tier))  # paged optimizer state counted too: it is on the GPU when it fits
+            if need < sum(need_gib(q, tier)) - 1e-9:
+                options.append((_COSTS[key][0], need, key, changes, nq))
+        if not options and q.task != "inference" and q.batch > 1 and "batch" not in combo:
+            nq = dataclasses.replace(q, batch=1, grad_accum=q.grad_accum * q.batch)
+            options.append((_COSTS["batch"][0], sum(need_gib(nq, tier)), "batch", {"batch": 1, "grad_accum": nq.grad_accum}, nq))
+        if not options:
+            break
+        _, _, key, changes, q = min(options, key=lambda o: (o[0], o[1]))
+        combo.update(changes)
+        keys.append(key)
+    if not _fits(q, tier):
+        best = _search_max(q, tier, "seq_len", q.seq_len - 1) if q.seq_len > 1 else 0
+        if not best:
+            return None
+        q = dataclasses.replace(q, seq_len=best)
+        combo["seq_len"] = best
+        keys.append("seq_len")
+    if not keys:
+        return None
+    need, paged = need_gib(q, tier)
+    desc = "Together: " + ", ".join(f"{k}={v}" for k, v in combo.items())
+    cost = "; ".join(dict.fromkeys(_COSTS[k][1] for k in keys))
+    return max(_COSTS[k][0] for k in keys), need + paged, Suggestion(desc, combo, round(need, 3), cost, 0, _verdict(need, paged, tier))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_loaders import CPU, build_tiny_model
+from test_loaders import CPU, tiny_model_dir
 
 from engine.bnb_safety import count_repacked, disable_cpu_repack, prepare_for_training, undo_cpu_repack
 from engine.config import GenerationSettings, QuantSettings
@@ -30,10 +30,10 @@ def has_avx512bf16() -> bool:
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
+def tiny_dir() -> Path:
     # Without biases, like Llama/Qwen: then the wrong gradients are silent (with biases, bitsandbytes'
-    # packed kernel path fails loudly in backward instead, see the last test).
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", steps=30, bias=False)
+    # packed kernel path fails loudly in backward instead, see test_with_biases_...).
+    return tiny_model_dir(bias=False)
 
 
 def load4(tiny_dir: Path) -> LoadedModel:
@@ -125,8 +125,8 @@ def test_helpers_are_harmless_on_models_without_4bit_layers(tiny_dir):
 
 
 @pytest.mark.skipif(not has_avx512bf16(), reason="bitsandbytes repacks only on CPUs with AVX512-BF16")
-def test_with_biases_the_unguarded_backward_fails_loudly_and_the_guard_fixes_it(tmp_path):
-    biased = build_tiny_model(tmp_path / "biased", steps=5, bias=True)
+def test_with_biases_the_unguarded_backward_fails_loudly_and_the_guard_fixes_it():
+    biased = tiny_model_dir(bias=True)
     fresh = lora_grads(load4(biased))
     used = load4(biased)
     allow_repack(used.model)

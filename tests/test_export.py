@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_loaders import CPU, build_tiny_model, logits, make_adapter_run
+from test_loaders import CPU, logits, make_adapter_run, tiny_model_dir
 
 from engine.errors import ModelLoadError
 from engine.export import merge_adapter, zip_run
@@ -17,8 +17,8 @@ from engine.loaders import builtin_model_dir, load_model
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+def tiny_dir() -> Path:
+    return tiny_model_dir()
 
 
 @pytest.fixture()

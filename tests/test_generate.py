@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_loaders import CPU, build_tiny_model
+from test_loaders import CPU, tiny_model_dir
 
 from engine.config import GenerationSettings, QuantSettings
 from engine.errors import GenerationError
@@ -18,8 +18,8 @@ GREEDY = GenerationSettings(max_new_tokens=40, do_sample=False, repetition_penal
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+def tiny_dir() -> Path:
+    return tiny_model_dir()
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,18 @@
 """Tests for engine/loaders.py (and engine/device.py): references, path safety, quantized loading, the cache.
 
-CPU and offline. The tiny model builder here (`build_tiny_model`) is shared with the generation, export and
-bnb-safety tests (they import it from this module): a 2-layer CompactLLM with a locally trained BPE
-tokenizer, briefly trained on a handful of chat exchanges so that greedy decoding produces real words and
-stops on <|end|>.
+CPU and offline. The tiny model here (`tiny_model_dir`, built by `build_tiny_model`) is shared with the
+generation, export and bnb-safety tests (they import it from this module): a 2-layer CompactLLM with a
+locally trained BPE tokenizer, briefly trained on a handful of chat exchanges so that greedy decoding
+produces real words and stops on <|end|>.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import gc
+import shutil
+import tempfile
 import time
 import weakref
 from pathlib import Path
@@ -95,16 +99,23 @@ def build_tiny_model(
     return dest
 
 
+@functools.cache
+def tiny_model_dir(bias: bool = True) -> Path:
+    """One trained tiny model per process and variant, shared read-only by all four test modules (tests copy
+    it before changing anything). Removed when the process exits."""
+    root = Path(tempfile.mkdtemp(prefix="compact-tiny-"))
+    atexit.register(shutil.rmtree, root, True)
+    return build_tiny_model(root / "model", bias=bias)
+
+
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+def tiny_dir() -> Path:
+    return tiny_model_dir()
 
 
 @pytest.fixture()
 def runs(tmp_path, tiny_dir) -> Path:
     """A runs folder with the tiny model installed as the pretrained built-in 'compact-mini'."""
-    import shutil
-
     runs = tmp_path / "runs"
     shutil.copytree(tiny_dir, builtin_model_dir("compact-mini", runs))
     return runs
@@ -199,8 +210,6 @@ def test_local_folders_need_permission_unless_inside_the_runs_dir(runs, tiny_dir
 
 
 def test_run_with_full_model(runs, tiny_dir):
-    import shutil
-
     shutil.copytree(tiny_dir, runs / "full-1" / "model")
     loaded = load_model("run:full-1", runs_dir=runs, device=CPU)
     assert "run full-1" in loaded.where and loaded.adapter is None
