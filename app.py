@@ -345,7 +345,7 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
     with gr.Row():
         with gr.Column(scale=2):
             choices = _playground_models(jobs)
-            model = gr.Dropdown(choices=choices, value=choices[0] if choices else None, allow_custom_value=True, label="Model",
+            model = gr.Dropdown(choices=choices, value=choices[0] if choices else None, allow_custom_value=True, label="Model", elem_id="playground-model",
                                 info="A pretrained built-in model, a finished run (run:NAME: adapter applied on its base), or a Hugging Face id.")
             refresh = gr.Button("Refresh model list", size="sm")
             quant = gr.Dropdown(choices=["none", "8bit", "4bit"], value="none", label="Load as", info="bitsandbytes 8-bit / 4-bit (nf4, double quant) or unquantized.")
@@ -359,7 +359,7 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
                 send = gr.Button("Generate", variant="primary")
                 stop = gr.Button("Stop")
                 clear = gr.Button("Clear")
-            stats = gr.Markdown()
+            stats = gr.Markdown(elem_id="playground-stats")
     gen_names = list(gen)
 
     @ui_errors_gen
@@ -371,7 +371,9 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
         ref = check_ui_model_ref(model_ref, jobs.runs_dir)
         if not (prompt_v or "").strip():
             raise gr.Error("Type a prompt first.")
-        loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir)
+        # The playground never trains (training loads its own copy in a subprocess), so the faster packed
+        # bitsandbytes CPU layout is safe here (engine/bnb_safety.py explains the hazard it would pose to training).
+        loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True)
         history = list(history or [])
         if mode_v == "chat":
             messages = ([{"role": "system", "content": system_v}] if system_v.strip() else []) + history + [{"role": "user", "content": prompt_v}]

@@ -73,8 +73,8 @@ ROWS: dict[int, tuple[str, str, dict[str, Any], str]] = {
     8: ("report", "alloc", dict(_LIT_LORA, model="stablelm-base-alpha-3b", batch=2, seq_len=1034), ""),
     9: ("report", "alloc", dict(_LIT_LORA, model="stablelm-base-alpha-3b", batch=4, seq_len=1034), ""),
     10: ("fit", "alloc", dict(_LIT_LORA, model="llama-2-7b", batch=1, seq_len=1304), "sets frozen_input_saved"),
-    11: ("fit", "alloc", dict(_LIT_QLORA, model="llama-2-7b", batch=1, seq_len=1304), "sets frozen_input_saved"),
-    12: ("fit", "alloc", dict(_LIT_QLORA, model="llama-2-7b", batch=1, seq_len=1304, double_quant=True), "sets frozen_input_saved"),
+    11: ("fit", "alloc", dict(_LIT_QLORA, model="llama-2-7b", batch=1, seq_len=1304), "sets quantized_input_saved (after frozen_input_saved)"),
+    12: ("fit", "alloc", dict(_LIT_QLORA, model="llama-2-7b", batch=1, seq_len=1304, double_quant=True), "sets quantized_input_saved (after frozen_input_saved)"),
     13: ("fit", "alloc", dict(_LIT_LORA, model="llama-2-7b", batch=2, seq_len=1304), "sets frozen_input_saved"),
     14: ("report", "alloc", dict(_LIT_LORA, model="llama-2-13b", batch=1, seq_len=1304), ""),
     15: ("report", "alloc", dict(_LIT_QLORA, model="llama-2-13b", batch=1, seq_len=1304), ""),
@@ -455,8 +455,8 @@ def simulate_main() -> int:
 
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")
-    saved_kappa = memory.CAL["frozen_input_saved"]
-    memory.CAL["frozen_input_saved"] = 0.0  # torch 2.13 frees the inputs of frozen linears; the trace shows it
+    saved = {k: memory.CAL[k] for k in ("frozen_input_saved", "quantized_input_saved")}
+    memory.CAL.update(frozen_input_saved=0.0, quantized_input_saved=0.0)  # what torch 2.13 + bnb 0.50 do (the trace)
     print("CPU fake-tensor trace vs estimator, per decoder layer and token (bytes), batch 1, seq 512, no dropout.")
     print("The trace runs CPU kernels: LayerNorm under autocast and dropout masks differ from CUDA; the cases avoid both.")
     print(f"{'case':36s} {'trace':>9s} {'ours':>9s} {'err':>7s}")
@@ -477,7 +477,7 @@ def simulate_main() -> int:
             errs.append(abs(err))
             print(f"{label:36s} {traced / 512:9.0f} {ours / 512:9.0f} {100 * err:+6.1f}%", flush=True)
     finally:
-        memory.CAL["frozen_input_saved"] = saved_kappa
+        memory.CAL.update(saved)
     print(f"median |error| {100 * statistics.median(errs):.1f}%, max {100 * max(errs):.1f}%")
     return 0
 

@@ -47,11 +47,14 @@ GIB = 2**30
 # Coefficients that are calibrated on published measurements rather than derived from the code paths.
 # Each is a physical quantity; bench/memory_accuracy.py reports how well they do on rows not used to set them.
 CAL: dict[str, float] = {
-    # Fraction of the inputs of *frozen* linear layers that the measured runs kept for backward. bitsandbytes before
-    # 0.43.2 saved the input of every 4-bit layer (bnb PR #1270) and the litgpt LoRA rows of calibration.csv grow by
-    # exactly these inputs per token; torch 2.13's autograd would free them for plain frozen nn.Linear. We keep 1.0:
-    # it matches the measurements and errs on the safe side for the pinned stack (see docs/memory.md).
-    "frozen_input_saved": 1.0,
+    # Share of the inputs of *frozen* linear layers that the measured runs kept for backward. torch 2.13's autograd
+    # frees them for a plain frozen nn.Linear (our CPU trace), yet the litgpt LoRA rows of calibration.csv grow by
+    # about half of them per token; fitted on those rows (see docs/memory.md). Errs on the safe side for our stack.
+    "frozen_input_saved": 0.5,
+    # Extra copies of the inputs of bitsandbytes 4/8-bit layers: bitsandbytes before 0.43.2 stored every 4-bit
+    # layer's input in ctx for a backward that never used it (bnb PR #1270, July 2024). Published QLoRA peaks
+    # predate the fix; fitted on the litgpt QLoRA rows, it comes out at one full copy, as that bug implies.
+    "quantized_input_saved": 1.0,
     # Logits + cross-entropy peak in bytes per token per vocabulary entry (stock HF loss, upcast to fp32):
     # the saved fp32 log-softmax, its gradient and the gradient of the upcast coexist at the start of backward.
     "loss_bytes_per_vocab": 12.0,
@@ -247,7 +250,7 @@ def _layer_activations(arch: Arch, q: MemoryQuery, p: _Plan, lora_mods: list[Lin
     """Bytes one decoder layer keeps for backward per token: (independent of seq, per token per token of seq)."""
     h, c = arch.hidden, p.c
     full = p.task == "full"
-    kappa = 1.0 if full else CAL["frozen_input_saved"]
+    kappa = 1.0 if full else CAL["frozen_input_saved"] + (CAL["quantized_input_saved"] if p.storage in _QUANT else 0.0)
     total = 0.0
     # Norms: HF RMSNorm keeps an fp32 copy of its input (+ the normalized tensor when its weight trains);
     # LayerNorm keeps its input (fp32 under CUDA autocast) plus per-token mean/rstd.
@@ -364,8 +367,6 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     adapters = 0.0 if full else n_lora * p.adapter
     grads = trainable * grad_b
     opt_state, step_tmp, paged = _optimizer(q.optimizer, arch, trainable, grad_b, full)
-    if not full and max(q.lora_r * (m.d_in + m.d_out) for m in lora_mods or [LinearSpec("", "", 0, 0, False)]) == 0 and not lora_head:
-        raise ConfigError("lora_targets", q.lora_targets, "targets that exist in this model")
 
     tokens = b * s
     a_tok, a_seq = _layer_activations(arch, q, p, lora_mods)
@@ -401,8 +402,12 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
         tmp += max_lin * c  # one dequantized 4/8-bit weight in backward
     g_pre = grads if q.grad_accum > 1 else 0.0
     static = {"weights": weights, "quantization constants": consts, "trainable weights": adapters, "optimizer state": opt_state}
-    start = {**static, "gradients": g_pre, "activations": acts + (work if work > loss else 0.0),
-             "logits/loss": loss if loss >= work else 0.0, "temporary buffers": tmp}
+    # Full fine-tuning: lm_head's weight gradient appears while the 16-bit gradient of the logits is alive.
+    head_grad = head_numel * grad_b + c * V * tokens if full else 0.0
+    top = max(loss, work, head_grad)
+    start = {**static, "gradients": g_pre + (head_numel * grad_b if top == head_grad and full else 0.0),
+             "activations": acts + (work if top == work else 0.0),
+             "logits/loss": loss if top == loss else (c * V * tokens if top == head_grad else 0.0), "temporary buffers": tmp}
     emb_tmp = head_numel * grad_b if (full and arch.tied) else 0.0  # the tied embedding's two gradients are summed
     end = {**static, "gradients": grads, "temporary buffers": emb_tmp}
     step = {**static, "gradients": grads, "temporary buffers": step_tmp}
@@ -668,12 +673,15 @@ def make_it_fit(query: MemoryQuery, tier_name: str) -> list[Suggestion]:
     the memory they leave free; a shorter sequence only counts when it keeps at least half of it. Unless a cheap
     single change (<= checkpointing) suffices, the cheapest combination found greedily is offered too: cheap
     changes first, then micro-batch 1 with accumulation, then the longest sequence that fits. An empty list
-    means the job already fits comfortably; a single entry with empty `changes` says nothing in reach fits.
+    means the job already fits (comfortably, or tightly with nothing cheap to gain); a single entry with empty
+    `changes` says nothing in reach fits.
     """
     tier = tier_by_name(tier_name)
     arch = resolve(query.model)
-    if _verdict(*need_gib(query, tier), tier) == "fits":
+    start = _verdict(*need_gib(query, tier), tier)
+    if start == "fits":
         return []
+    better = ("fits",) if start == "tight" else ("fits", "tight")  # a suggestion must improve the verdict
     ranked: list[tuple[int, float, Suggestion]] = []
     for key, desc, changes in _candidates(query, arch, tier):
         if key in ("seq_len", "new_tokens") and 2 * next(iter(changes.values())) < getattr(query, key):
@@ -681,14 +689,16 @@ def make_it_fit(query: MemoryQuery, tier_name: str) -> list[Suggestion]:
         cand = dataclasses.replace(query, **changes)
         need, paged = need_gib(cand, tier)
         verdict = _verdict(need, paged, tier)
-        if verdict != "no":
+        if verdict in better:
             ranked.append((_COSTS[key][0], need + paged, Suggestion(desc, changes, round(need, 3), _COSTS[key][1], 0, verdict)))
     if not any(r[0] <= _COSTS["grad_ckpt"][0] and r[2].verdict == "fits" for r in ranked):
         combo = _combination(query, arch, tier)
-        if combo is not None and all(r[2].changes != combo[2].changes for r in ranked):
+        if combo is not None and combo[2].verdict in better and all(r[2].changes != combo[2].changes for r in ranked):
             ranked.append(combo)
-    ranked.sort(key=lambda r: (r[0], r[1]))
+    ranked.sort(key=lambda r: (r[0], r[2].verdict != "fits", r[1]))
     out = [r[2] for r in ranked]
+    if not out and start == "tight":
+        return []  # it already fits, without headroom, and nothing cheap adds any
     if not out:
         floor = dataclasses.replace(query, batch=1, seq_len=min(query.seq_len, 16), new_tokens=min(query.new_tokens, 16))
         need, _ = need_gib(floor, tier)

@@ -33,7 +33,7 @@ from transformers.utils import can_return_tuple
 from .errors import ModelLoadError
 
 PRESETS_FILE = Path(__file__).resolve().parent.parent / "presets" / "compact.yaml"
-_NOT_CONFIG_KEYS = ("description", "pretrain_steps")  # preset metadata, not architecture
+_NOT_CONFIG_KEYS = ("description", "pretrain_steps", "pretrain_seq_len", "pretrain_batch", "pretrain_lr")  # recipe metadata
 
 
 class CompactConfig(PretrainedConfig):

@@ -25,12 +25,12 @@ def test_catalog_is_big_enough_and_sourced():
 
 @pytest.mark.parametrize("entry", CATALOG, ids=[e.name for e in CATALOG])
 def test_catalog_count_matches_published_size(entry):
-    """Meta-device count of the catalog config vs the published parameter count (exact, or within 1% when rounded)."""
+    """Meta-device count of the catalog config vs the published parameter count (exact, or within 2% when rounded)."""
     arch = resolve(entry.name)
     if entry.params_exact:
         assert arch.params_total == int(entry.params)
     else:
-        assert arch.params_total == pytest.approx(entry.params, rel=0.01)
+        assert arch.params_total == pytest.approx(entry.params, rel=0.02)
 
 
 @pytest.mark.parametrize("ref,name", [("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"), ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
