@@ -24,9 +24,9 @@ import pandas as pd
 from engine import memory
 from engine.config import GenerationSettings, MemoryQuery, QuantSettings, TrainConfig, field_specs, from_flat
 from engine.errors import EngineError
-from engine.handoff import check_ui_model_ref, check_ui_train_config, train_values_from_query
+from engine.handoff import check_ui_estimator_model, check_ui_model_ref, check_ui_train_config, train_values_from_query
 from engine.jobs import JobManager
-from engine.runs import config_yaml, log_tail, run_path
+from engine.runs import config_yaml, log_tail
 
 BUILTIN_DATASETS = {
     "builtin:dates": "Date conversion to ISO (scored task: accuracy before/after is reported)",
@@ -95,12 +95,24 @@ def ui_errors_gen(fn):
 # --------------------------------------------------------------------------------------------------
 
 
-def build_estimator() -> dict[str, Any]:
+def build_estimator(upload_dir: Path) -> dict[str, Any]:
     gr.Markdown("Will it fit? Pick a model and a job; the breakdown and the verdict per card update as you change settings.")
     with gr.Row():
         with gr.Column(scale=2):
             model = gr.Dropdown(choices=memory.model_choices(), value="builtin:compact-mini", allow_custom_value=True, label="Model",
                                 info="A built-in or catalog model, or type any Hugging Face id (its config.json is fetched when online).")
+            with gr.Accordion("…or upload a config.json / describe the architecture", open=False):
+                config_file = gr.File(label="config.json", file_types=[".json"])
+                with gr.Row():
+                    m_layers = gr.Number(value=32, precision=0, label="Layers")
+                    m_hidden = gr.Number(value=4096, precision=0, label="Hidden size")
+                    m_heads = gr.Number(value=32, precision=0, label="Attention heads")
+                    m_kv = gr.Number(value=8, precision=0, label="KV heads")
+                with gr.Row():
+                    m_inter = gr.Number(value=14336, precision=0, label="MLP intermediate")
+                    m_vocab = gr.Number(value=128256, precision=0, label="Vocabulary")
+                    m_tied = gr.Checkbox(value=False, label="Tied embeddings")
+                manual_btn = gr.Button("Use this architecture (Llama-style)", size="sm")
             form = make_inputs(MemoryQuery, skip=("model",))
             tier_names = [t.name for t in memory.hardware_tiers()]
             tier = gr.Dropdown(choices=tier_names, value="t4-16gb" if "t4-16gb" in tier_names else tier_names[0], label="Your card",
@@ -119,17 +131,18 @@ def build_estimator() -> dict[str, Any]:
     names = list(form)
 
     def query_of(model_v: str, *vals: Any) -> MemoryQuery:
-        return from_flat(MemoryQuery, {"model": model_v, **dict(zip(names, vals))})
+        return from_flat(MemoryQuery, {"model": model_v, **dict(zip(names, vals, strict=True))})
 
     def on_estimate(model_v: str, tier_v: str, *vals: Any):
         try:
-            q = query_of(model_v, *vals)
+            q = query_of(check_ui_estimator_model(model_v, upload_dir), *vals)
             est = memory.estimate(q)
         except EngineError as exc:
             return f"**⚠ {exc}**", None, None, None, "", None
         rows = memory.breakdown_rows(est)
         chart_df = pd.DataFrame([{"job": q.task, "term": r[0], "GiB": r[1]} for r in rows if r[1] > 0])
-        tier_rows = [[t.label, t.usable_gib, est.tiers.get(t.name, "?")] for t in memory.hardware_tiers()]
+        verdicts = {"fits": "fits", "tight": "tight", "no": "does not fit"}
+        tier_rows = [[t.label, t.usable_gib, verdicts.get(est.tiers.get(t.name, ""), "?")] for t in memory.hardware_tiers()]
         md = (f"### {est.allocated_gib:.2f} GiB allocated by PyTorch · {est.total_gib:.2f} GiB in nvidia-smi\n"
               f"{est.params / 1e6:,.1f} M parameters, {est.trainable_params / 1e6:,.2f} M trainable · effective batch {q.batch * q.grad_accum}")
         if est.notes:
@@ -146,6 +159,16 @@ def build_estimator() -> dict[str, Any]:
     outputs = [totals, chart, breakdown, tiers, limits, fit]
     for comp in inputs:
         comp.change(on_estimate, inputs, outputs, queue=False, show_progress="hidden")
+
+    @ui_errors
+    def on_manual(layers, hidden, heads, kv, inter, vocab, tied):
+        return gr.update(value=memory.arch_from_manual(layers, hidden, heads, kv, inter, vocab, tied).ref)
+
+    def on_config_upload(path):
+        return gr.update(value=str(_keep_upload(path, upload_dir))) if path else gr.skip()
+
+    manual_btn.click(on_manual, [m_layers, m_hidden, m_heads, m_kv, m_inter, m_vocab, m_tied], [model], api_name="manual_architecture")
+    config_file.upload(on_config_upload, [config_file], [model])
     return {"inputs": inputs, "names": names, "query_of": query_of, "copy_btn": copy_btn, "pick": pick, "outputs": outputs, "on_estimate": on_estimate}
 
 
@@ -158,8 +181,10 @@ FT_TRAIN = ["max_steps", "epochs", "learning_rate", "lr_scheduler", "warmup_rati
             "precision", "grad_checkpointing", "optimizer", "weight_decay", "max_grad_norm", "seed", "eval_fraction", "train_on_prompt"]
 FT_LORA = ["lora.r", "lora.alpha", "lora.dropout", "lora.targets", "quant.quant_type", "quant.double_quant", "quant.compute_dtype"]
 FT_RUN = ["logging_steps", "save_steps", "save_total_limit", "run_name", "trust_remote_code"]
-FT_DEFAULTS = {"method": "lora", "base_model": "builtin:compact-mini", "dataset": "builtin:dates", "max_steps": 150,
-               "learning_rate": 2e-3, "micro_batch_size": 16, "max_seq_len": 64, "logging_steps": 5, "save_steps": 50}
+# The offline first run: fully fine-tune the built-in compact model on the scored date task. Measured on a 2-core CPU:
+# ~2.5 min, date accuracy 0% -> 73% (LoRA on a 2M-parameter model needs several times more steps for the same skill).
+FT_DEFAULTS = {"method": "full", "base_model": "builtin:compact-mini", "dataset": "builtin:dates", "max_steps": 1000,
+               "learning_rate": 1e-3, "micro_batch_size": 16, "max_seq_len": 64, "logging_steps": 10, "save_steps": 200}
 
 
 def _run_choices(jobs: JobManager) -> list[str]:
@@ -183,7 +208,8 @@ def _status_md(s) -> str:
     if s.max_steps:
         lines.append(f"step **{s.step} / {s.max_steps}**" + (f" · loss **{s.last_loss:.4f}**" if s.last_loss is not None else ""))
     if s.predicted_gib or s.measured_gib:
-        lines.append(f"memory: predicted **{s.predicted_gib or 0:.2f} GiB** / measured **{s.measured_gib or 0:.2f} GiB** peak")
+        measured = "process RSS peak on CPU" if s.device == "cpu" else "torch max allocated"
+        lines.append(f"memory: predicted **{s.predicted_gib or 0:.2f} GiB** / measured **{s.measured_gib or 0:.2f} GiB** ({measured})")
     if s.task_scores:
         lines.append("date task accuracy: " + " → ".join(f"{k} **{v:.0%}**" for k, v in s.task_scores.items()))
     if s.state == "finished":
@@ -196,13 +222,22 @@ def _status_md(s) -> str:
 
 
 def _progress_html(s, last: dict | None) -> str:
-    pct = 100.0 * s.step / s.max_steps if s.max_steps else 0.0
+    step, total, label = s.step, s.max_steps, ""
+    if s.state == "running" and s.base_progress and not s.max_steps:  # still pretraining the built-in base
+        step, total, label = s.base_progress.get("step", 0), s.base_progress.get("max_steps", 0), "pretraining the built-in base · "
+        last = s.base_progress
+    pct = 100.0 if s.state == "finished" else (100.0 * step / total if total else 0.0)
     extra = ""
-    if last:
+    if last and s.state == "running":
         eta = last.get("eta_s")
-        extra = f" · {last.get('tokens_per_s', 0):.0f} tokens/s" + (f" · ETA {int(eta // 60)}m{int(eta % 60):02d}s" if eta is not None and s.state == "running" else "")
+        extra = f" · {last.get('tokens_per_s') or 0:.0f} tokens/s" + (f" · ETA {int(eta // 60)}m{int(eta % 60):02d}s" if eta is not None else "")
     return (f"<div style='width:100%;background:#eee;border-radius:6px'><div style='width:{pct:.1f}%;background:#4f8ef7;height:14px;"
-            f"border-radius:6px'></div></div><small>{pct:.0f}%{extra}</small>")
+            f"border-radius:6px'></div></div><small>{label}{pct:.0f}%{extra}</small>")
+
+
+def _loss_frame(losses: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(losses, columns=["step", "loss", "kind"])
+    return df.astype({"step": "int64", "loss": "float64", "kind": "str"})
 
 
 def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
@@ -224,7 +259,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
             show_cmd = gr.Button("Show command")
             command = gr.Code(label="Reproduce headless", language="yaml", visible=False)
         with gr.Column(scale=3):
-            status = gr.Markdown("No run yet. Defaults: LoRA on the built-in compact model, learning date conversion (scored).")
+            status = gr.Markdown("No run yet. The defaults fine-tune the built-in compact model to convert dates to ISO format "
+                                 "(accuracy is scored before and after). The first run also pretrains the built-in model (~2 min, once).")
             progress = gr.HTML()
             plot = gr.LinePlot(x="step", y="loss", color="kind", title="Loss", height=280, show_label=False)
             log = gr.Textbox(label="Log (tail)", lines=8, max_lines=8, autoscroll=True)
@@ -239,7 +275,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
     timer = gr.Timer(1.0)
 
     def config_of(upload_path: str | None, *vals: Any) -> TrainConfig:
-        values = dict(zip(names, vals))
+        values = dict(zip(names, vals, strict=True))
         if upload_path:
             values["dataset"] = str(_keep_upload(upload_path, upload_dir))
         values["quant.mode"] = "4bit" if values.get("method") == "qlora" else "none"
@@ -263,12 +299,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
         from engine.runs import read_events
 
-        events = read_events(s.path)
-        last = next((e for e in reversed(events) if e.get("type") in ("progress", "base_progress")), None)
-        if s.state == "running" and not s.max_steps and last and last.get("type") == "base_progress":
-            s.phase = f"pretraining the built-in base: step {last['step']}/{last['max_steps']}, loss {last.get('loss') or 0:.3f}"
-        df = pd.DataFrame(s.losses or [{"step": 0, "loss": None, "kind": "train"}])
-        return _status_md(s), _progress_html(s, last), df, log_tail(s.path, 40), _history_rows(jobs)
+        last = next((e for e in reversed(read_events(s.path)) if e.get("type") == "progress"), None)
+        return _status_md(s), _progress_html(s, last), _loss_frame(s.losses), log_tail(s.path, 40), _history_rows(jobs)
 
     @ui_errors
     def on_stop(name):
@@ -367,7 +399,7 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
         from engine.generate import stream_generate
         from engine.loaders import MODEL_CACHE
 
-        settings = from_flat(GenerationSettings, dict(zip(gen_names, gen_vals)))
+        settings = from_flat(GenerationSettings, dict(zip(gen_names, gen_vals, strict=True)))
         ref = check_ui_model_ref(model_ref, jobs.runs_dir)
         if not (prompt_v or "").strip():
             raise gr.Error("Type a prompt first.")
@@ -417,7 +449,7 @@ def build_app(runs_dir: Path) -> gr.Blocks:
                     f"Runs are saved in `{runs_dir}`.")
         with gr.Tabs():
             with gr.Tab("Memory estimator"):
-                est = build_estimator()
+                est = build_estimator(upload_dir)
             with gr.Tab("Fine-tune"):
                 ft = build_finetune(jobs, upload_dir)
             with gr.Tab("Playground"):

@@ -39,7 +39,7 @@ def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
     if isinstance(targets, (list, tuple)):
         targets = ",".join(targets)
     values["lora.targets"] = _train_targets(str(targets))
-    if not q.model.startswith("/") and not q.model.endswith(".json"):
+    if not q.model.startswith(("/", "manual:")) and not q.model.endswith(".json"):
         values["base_model"] = q.model
     values["precision"] = {"amp-fp16": "fp16", "amp-bf16": "bf16", "pure-bf16": "bf16", "fp32": "fp32"}[q.training_precision]
     return values
@@ -75,3 +75,16 @@ def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path) ->
         path = Path(cfg.dataset).resolve()
         if not path.is_relative_to(Path(upload_dir).resolve()):
             raise ConfigError("dataset", cfg.dataset, "a built-in dataset or a file uploaded through the form")
+
+
+def check_ui_estimator_model(ref: str, upload_dir: Path) -> str:
+    """Estimator model references from a browser: built-in, manual:..., catalog/Hub id, or an uploaded config.json."""
+    ref = (ref or "").strip()
+    if ref.startswith(("builtin:", "manual:")):
+        return ref
+    if ref.endswith(".json") or ref.startswith(("/", "~", ".")):
+        path = Path(ref).resolve()
+        if path.is_relative_to(Path(upload_dir).resolve()):
+            return str(path)
+        raise ConfigError("model", ref, "a config.json uploaded through the form (server paths are not accepted from the browser)")
+    return check_ui_model_ref(ref, Path(upload_dir))

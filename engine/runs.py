@@ -236,6 +236,8 @@ class RunSummary:
     losses: list[dict[str, Any]] = field(default_factory=list)
     phase: str = ""
     task_scores: dict[str, float] = field(default_factory=dict)
+    device: str = ""
+    base_progress: dict[str, Any] | None = None  # latest progress of a built-in base pretraining for this run
 
 
 def summarize(run_dir: Path, alive: bool) -> RunSummary:
@@ -253,8 +255,11 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
         t = ev.get("type")
         if t == "start":
             summary.started = summary.started or ev.get("time")
+            summary.device = ev.get("device_kind", summary.device)  # "cuda" | "cpu"
             terminal = None
             summary.error = None
+        elif t == "base_progress":
+            summary.base_progress = ev
         elif t == "phase":
             summary.phase = ev.get("phase", "")
         elif t == "progress":
@@ -281,6 +286,8 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
         summary.state = {"done": "finished", "stopped": "stopped", "error": "failed"}[t]
         if t == "done":
             summary.output = terminal.get("output")
+            summary.step = terminal.get("steps", summary.step)
+            summary.max_steps = summary.max_steps or summary.step
             summary.measured_gib = terminal.get("peak_gib", summary.measured_gib)
         if t == "error":
             summary.error = terminal.get("message")

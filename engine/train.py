@@ -284,7 +284,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     device = detect_device()
     dtype = resolve_dtype(cfg.precision, device)
     events.write("start", run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset,
-                 resumed_from=checkpoint.name if checkpoint else None, device=device.name, dtype=str(dtype).replace("torch.", ""))
+                 resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""))
     reset_peak(device)
 
     if cfg.method == "scratch":

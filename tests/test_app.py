@@ -46,7 +46,7 @@ def test_estimator_api(client):
     rows = breakdown["data"] if isinstance(breakdown, dict) else breakdown
     assert any("weights" in str(r[0]).lower() for r in rows)
     tier_rows = tiers["data"] if isinstance(tiers, dict) else tiers
-    assert all(r[2] in ("fits", "tight", "no") for r in tier_rows)
+    assert all(r[2] in ("fits", "tight", "does not fit") for r in tier_rows)
 
 
 def test_bad_estimator_input_is_a_message_not_a_crash(client):
@@ -94,3 +94,13 @@ def test_show_command(client):
     text = client.predict(None, *_defaults(TrainConfig, FT_NAMES), api_name="/show_command")
     value = text["value"] if isinstance(text, dict) else text
     assert "python -m engine train --config" in value and "method: lora" in value
+
+
+def test_manual_architecture_and_server_paths_in_estimator(client):
+    update = client.predict(32, 4096, 32, 8, 14336, 128256, False, api_name="/manual_architecture")
+    ref = update["value"] if isinstance(update, dict) else update
+    assert ref.startswith("manual:L=32,h=4096")
+    out = client.predict(ref, "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
+    assert "parameters" in out[0] and "8,0" in out[0]  # a Llama-3-8B-shaped model: ~8,030 M parameters
+    out = client.predict("/etc/passwd.json", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
+    assert "server paths are not accepted" in out[0]

@@ -1,0 +1,34 @@
+"""CUDA-only checks (run on a GPU machine with `pytest -m gpu`): the QLoRA path with bitsandbytes on the GPU.
+
+Skipped by default (pyproject's addopts deselects the `gpu` marker) and when no CUDA device is present.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def test_qlora_on_cuda_trains_generates_and_records_memory(runs_dir):
+    from engine.config import GenerationSettings, QuantSettings, TrainConfig
+    from engine.generate import generate_text
+    from engine.loaders import load_model
+    from engine.runs import read_events
+    from engine.train import run_training
+
+    loaded = load_model("builtin:compact-mini", QuantSettings(mode="4bit"), runs_dir=runs_dir)
+    assert "Linear4bit" in {type(m).__name__ for m in loaded.model.modules()}
+    assert loaded.dtype != torch.bfloat16 or torch.cuda.get_device_capability()[0] >= 8  # never bf16 on a T4
+
+    cfg = TrainConfig(method="qlora", base_model="builtin:compact-mini", dataset="builtin:dates", max_steps=5, micro_batch_size=8,
+                      max_seq_len=64, logging_steps=1, save_steps=5, run_name="gpu-qlora")
+    done = run_training(cfg, runs_dir / cfg.run_name, runs_dir=runs_dir)
+    assert done["type"] == "done" and done["peak_gib"] > 0 and done["predicted_gib"]
+    mem = [e for e in read_events(runs_dir / cfg.run_name) if e["type"] == "memory"]
+    assert mem and mem[0]["predicted_gib"] > 0
+    run = load_model("run:gpu-qlora", runs_dir=runs_dir)
+    text = generate_text(run, "Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).", GenerationSettings(max_new_tokens=8, do_sample=False))
+    assert isinstance(text, str)
