@@ -8,9 +8,14 @@ This package never imports gradio (tests/test_no_gradio.py enforces it).
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 from .errors import ConfigError, DataError, EngineError, GenerationError, JobError, ModelLoadError
+
+# bitsandbytes 0.50 logs a warning on CPU when the optional `kernels` package (which downloads from the Hub)
+# is missing; it then uses its own CPU kernels. Harmless, and alarming in a log a beginner reads: hide it.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 # name -> submodule that defines it
 _LAZY = {

@@ -33,7 +33,7 @@ from transformers.utils import can_return_tuple
 from .errors import ModelLoadError
 
 PRESETS_FILE = Path(__file__).resolve().parent.parent / "presets" / "compact.yaml"
-_NOT_CONFIG_KEYS = ("description", "pretrain_steps", "pretrain_seq_len", "pretrain_batch", "pretrain_lr")  # recipe metadata
+_NOT_CONFIG_KEYS = ("description",)  # preset metadata; keys starting with "pretrain_" are the pretraining recipe
 
 
 class CompactConfig(PretrainedConfig):
@@ -314,5 +314,5 @@ def load_compact_preset(name: str) -> CompactConfig:
     presets = compact_presets()
     if name not in presets:
         raise ModelLoadError(f"Unknown compact preset {name!r}. Available presets: {', '.join(presets)}.")
-    fields = {k: v for k, v in presets[name].items() if k not in _NOT_CONFIG_KEYS}
+    fields = {k: v for k, v in presets[name].items() if k not in _NOT_CONFIG_KEYS and not k.startswith("pretrain_")}
     return CompactConfig(**fields)

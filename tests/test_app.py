@@ -93,7 +93,7 @@ def test_bad_form_values_get_messages(client, override, fragment):
 def test_show_command(client):
     text = client.predict(None, *_defaults(TrainConfig, FT_NAMES), api_name="/show_command")
     value = text["value"] if isinstance(text, dict) else text
-    assert "python -m engine train --config" in value and "method: lora" in value
+    assert "python -m engine train --config" in value and "method: full" in value
 
 
 def test_manual_architecture_and_server_paths_in_estimator(client):
