@@ -26,7 +26,7 @@ from engine.config import GenerationSettings, MemoryQuery, QuantSettings, TrainC
 from engine.errors import EngineError
 from engine.handoff import check_ui_estimator_model, check_ui_model_ref, check_ui_train_config, train_values_from_query
 from engine.jobs import JobManager
-from engine.runs import config_yaml, log_tail
+from engine.runs import config_yaml, log_tail, run_path
 
 BUILTIN_DATASETS = {
     "builtin:dates": "Date conversion to ISO (scored task: accuracy before/after is reported)",
@@ -268,6 +268,10 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
                 run_pick = gr.Dropdown(choices=_run_choices(jobs), label="Run", info="Watch, resume or delete a run.", scale=3)
                 resume = gr.Button("Resume", scale=1)
                 delete = gr.Button("Delete", scale=1)
+            with gr.Row():
+                zip_btn = gr.Button("Download run (zip)", size="sm")
+                merge_btn = gr.Button("Merge adapter into a 16-bit model", size="sm")
+            download = gr.File(label="Download", visible=False)
             history = gr.Dataframe(headers=["run", "state", "method", "base", "data", "steps", "best eval loss", "task acc", "seconds",
                                             "memory pred/meas GiB", "resumable"], interactive=False, label="Run history", wrap=True)
     form = {**main, **train, **lora, **runf}
@@ -331,6 +335,25 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
                 f"# several GPUs/processes:\n#   accelerate launch -m engine train --config run.yaml\n{config_yaml(cfg)}")
         return gr.update(value=text, visible=True)
 
+    @ui_errors
+    def on_zip(name):
+        from engine.export import zip_run
+
+        if not name:
+            raise gr.Error("Pick a run to download.")
+        return gr.update(value=str(zip_run(run_path(jobs.runs_dir, name))), visible=True)
+
+    @ui_errors
+    def on_merge(name):
+        from engine.export import merge_adapter
+
+        if not name:
+            raise gr.Error("Pick a finished LoRA/QLoRA run to merge.")
+        if jobs.status(name).state != "finished":
+            raise gr.Error(f"Run '{name}' has not finished; merge needs its final adapter.")
+        out = merge_adapter(run_path(jobs.runs_dir, name), runs_dir=jobs.runs_dir)
+        gr.Info(f"Merged model saved in {out} (base reloaded unquantized, adapter merged, safetensors).")
+
     def on_load():
         active = jobs.active()
         runs = _run_choices(jobs)
@@ -343,6 +366,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
     resume.click(on_resume, [run_pick], [watched], api_name="resume_training", concurrency_limit=1, concurrency_id="jobs")
     delete.click(on_delete, [run_pick], [watched, run_pick, history], api_name="delete_run")
     run_pick.input(lambda n: n, [run_pick], [watched], queue=False)
+    zip_btn.click(on_zip, [run_pick], [download], api_name="download_run")
+    merge_btn.click(on_merge, [run_pick], None, api_name="merge_adapter", concurrency_limit=1, concurrency_id="gpu")
     show_cmd.click(on_show_cmd, form_inputs, [command], api_name="show_command")
     timer.tick(on_poll, [watched], [status, progress, plot, log, history], show_progress="hidden", queue=False)
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": on_load, "poll": on_poll,
@@ -452,7 +477,7 @@ def build_app(runs_dir: Path) -> gr.Blocks:
                 est = build_estimator(upload_dir)
             with gr.Tab("Fine-tune"):
                 ft = build_finetune(jobs, upload_dir)
-            with gr.Tab("Playground"):
+            with gr.Tab("Playground") as pg_tab:
                 pg = build_playground(jobs)
 
         form = ft["form"]
@@ -471,7 +496,8 @@ def build_app(runs_dir: Path) -> gr.Blocks:
         est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], list(form.values()), api_name="copy_to_finetune")
         demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate")
         demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"]])
-        del pg
+        # finished runs appear in the playground as soon as its tab is opened
+        pg_tab.select(lambda: gr.update(choices=_playground_models(jobs)), None, [pg["model"]], queue=False)
     return demo
 
 
