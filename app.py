@@ -11,10 +11,12 @@ Run: `python app.py [--share] [--port N] [--runs-dir DIR]`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import hashlib
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -398,64 +400,174 @@ def _playground_models(jobs: JobManager) -> list[str]:
     return out
 
 
+class StopSignals:
+    """One threading.Event per browser session, so Stop ends that session's generation and nobody else's.
+
+    Shared by every session (process-wide), guarded by its own lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: dict[str, threading.Event] = {}
+
+    def fresh(self, session: str) -> threading.Event:
+        with self._lock:
+            ev = self._events[session] = threading.Event()
+            return ev
+
+    def stop(self, session: str) -> None:
+        with self._lock:
+            ev = self._events.get(session)
+        if ev is not None:
+            ev.set()
+
+
+def _stats_line(upd: Any) -> str:
+    if upd.ttft is None:
+        return "generating…"
+    info = f"{upd.n_tokens} tokens · {upd.tokens_per_s:.1f} tokens/s · first token {upd.ttft:.2f}s"
+    if upd.done and upd.peak_gib:
+        info += f" · peak {upd.peak_gib:.2f} GiB"
+    if upd.done and upd.finish_reason:
+        info += f" · ended by {upd.finish_reason}"
+    if upd.notes:
+        info += " · " + "; ".join(upd.notes)
+    return info
+
+
 def build_playground(jobs: JobManager) -> dict[str, Any]:
+    from engine.loaders import MODEL_CACHE
+
+    signals = StopSignals()
     with gr.Row():
         with gr.Column(scale=2):
             choices = _playground_models(jobs)
             model = gr.Dropdown(choices=choices, value=choices[0] if choices else None, allow_custom_value=True, label="Model", elem_id="playground-model",
                                 info="A pretrained built-in model, a finished run (run:NAME: adapter applied on its base), or a Hugging Face id.")
-            refresh = gr.Button("Refresh model list", size="sm")
-            quant = gr.Dropdown(choices=["none", "8bit", "4bit"], value="none", label="Load as", info="bitsandbytes 8-bit / 4-bit (nf4, double quant) or unquantized.")
+            with gr.Row():
+                refresh = gr.Button("Refresh model list", size="sm")
+                unload = gr.Button("Unload models (free memory)", size="sm")
+            quant = gr.Dropdown(choices=[c for c in field_specs(QuantSettings)[0].choices], value="none", label="Load as",
+                                info=field_specs(QuantSettings)[0].help)
+            model_info = gr.Markdown(elem_id="playground-model-info")
             mode = gr.Radio(choices=["chat", "completion"], value="chat", label="Mode", info="chat: the model's chat template; completion: raw text continuation.")
             system = gr.Textbox(label="System prompt (chat)", lines=2)
             gen = make_inputs(GenerationSettings)
         with gr.Column(scale=3):
-            chat = gr.Chatbot(label="Conversation", height=420, buttons=["copy"])
-            prompt = gr.Textbox(label="Prompt", placeholder="Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).", lines=2)
-            with gr.Row():
-                send = gr.Button("Generate", variant="primary")
-                stop = gr.Button("Stop")
-                clear = gr.Button("Clear")
-            stats = gr.Markdown(elem_id="playground-stats")
+            with gr.Tabs():
+                with gr.Tab("Chat"):
+                    chat = gr.Chatbot(label="Conversation", height=420, buttons=["copy"])
+                    prompt = gr.Textbox(label="Prompt", placeholder="Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).", lines=2)
+                    with gr.Row():
+                        send = gr.Button("Generate", variant="primary")
+                        stop = gr.Button("Stop")
+                        regen = gr.Button("Regenerate")
+                        clear = gr.Button("Clear")
+                    stats = gr.Markdown(elem_id="playground-stats")
+                with gr.Tab("Compare"):
+                    gr.Markdown("The same prompt, settings and seed on two models, one after the other (so only one has to fit in memory).")
+                    model_b = gr.Dropdown(choices=choices, value=choices[-1] if choices else None, allow_custom_value=True, label="Model B",
+                                          info="Model A is the one chosen on the left.")
+                    cmp_prompt = gr.Textbox(label="Prompt", lines=2, placeholder="Convert the date 11/04/1999 (DD/MM/YYYY) to ISO format (YYYY-MM-DD).")
+                    with gr.Row():
+                        cmp_btn = gr.Button("Compare", variant="primary")
+                        cmp_stop = gr.Button("Stop")
+                    with gr.Row():
+                        with gr.Column():
+                            out_a = gr.Textbox(label="Model A", lines=8)
+                            stats_a = gr.Markdown()
+                        with gr.Column():
+                            out_b = gr.Textbox(label="Model B", lines=8)
+                            stats_b = gr.Markdown()
     gen_names = list(gen)
 
-    @ui_errors_gen
-    def on_send(model_ref, quant_mode, mode_v, system_v, prompt_v, history, *gen_vals):
-        from engine.generate import stream_generate
-        from engine.loaders import MODEL_CACHE
+    def load(ref_v: str, quant_mode: str) -> Any:
+        ref = check_ui_model_ref(ref_v, jobs.runs_dir)
+        # The playground never trains (training loads its own copy in a subprocess), so the faster packed
+        # bitsandbytes CPU layout is safe here (engine/bnb_safety.py explains the hazard it poses to training).
+        return MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True)
 
-        settings = from_flat(GenerationSettings, dict(zip(gen_names, gen_vals, strict=True)))
-        ref = check_ui_model_ref(model_ref, jobs.runs_dir)
+    def info_of(loaded: Any) -> str:
+        return f"**{loaded.ref}** · loaded in {loaded.load_seconds:.1f}s · {loaded.footprint_gib:.3f} GiB · {loaded.where}"
+
+    def settings_of(gen_vals: tuple) -> GenerationSettings:
+        return from_flat(GenerationSettings, dict(zip(gen_names, gen_vals, strict=True)))
+
+    @ui_errors_gen
+    def on_send(request: gr.Request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, *gen_vals):
+        from engine.generate import stream_generate
+
+        settings = settings_of(gen_vals)
         if not (prompt_v or "").strip():
             raise gr.Error("Type a prompt first.")
-        # The playground never trains (training loads its own copy in a subprocess), so the faster packed
-        # bitsandbytes CPU layout is safe here (engine/bnb_safety.py explains the hazard it would pose to training).
-        loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True)
+        loaded = load(model_ref, quant_mode)
         history = list(history or [])
         if mode_v == "chat":
-            messages = ([{"role": "system", "content": system_v}] if system_v.strip() else []) + history + [{"role": "user", "content": prompt_v}]
-            request: Any = messages
+            request_msgs: Any = ([{"role": "system", "content": system_v}] if system_v.strip() else []) + history + [{"role": "user", "content": prompt_v}]
         else:
-            request = prompt_v
+            request_msgs = prompt_v
         history = history + [{"role": "user", "content": prompt_v}, {"role": "assistant", "content": ""}]
-        yield history, "", "generating…"
-        for upd in stream_generate(loaded, request, settings, chat=mode_v == "chat"):
+        stop_ev = signals.fresh(request.session_hash or "")
+        info = info_of(loaded)
+        yield history, "", "generating…", info
+        for upd in stream_generate(loaded, request_msgs, settings, chat=mode_v == "chat", stop_event=stop_ev):
             history[-1]["content"] = upd.text
-            info = f"{upd.n_tokens} tokens · {upd.tokens_per_s:.1f} tokens/s · first token {upd.ttft:.2f}s" if upd.ttft is not None else ""
-            if upd.done and getattr(upd, "peak_gib", None):
-                info += f" · peak {upd.peak_gib:.2f} GiB"
-            if getattr(upd, "notes", None):
-                info += " · " + "; ".join(upd.notes)
-            yield history, "", info
+            yield history, "", _stats_line(upd), info
 
-    ev = send.click(on_send, [model, quant, mode, system, prompt, chat, *gen.values()], [chat, prompt, stats], api_name="generate",
-                    concurrency_limit=1, concurrency_id="gpu")
-    ev2 = prompt.submit(on_send, [model, quant, mode, system, prompt, chat, *gen.values()], [chat, prompt, stats],
-                        concurrency_limit=1, concurrency_id="gpu")
-    stop.click(None, None, None, cancels=[ev, ev2])
+    def on_regenerate(history):
+        history = list(history or [])
+        while history and history[-1]["role"] == "assistant":
+            history.pop()
+        if not history:
+            raise gr.Error("Nothing to regenerate yet.")
+        last = history.pop()
+        text = last["content"] if isinstance(last["content"], str) else " ".join(p.get("text", "") for p in last["content"] if isinstance(p, dict))
+        return history, text
+
+    @ui_errors_gen
+    def on_compare(request: gr.Request, ref_a, ref_b, quant_mode, mode_v, system_v, prompt_v, *gen_vals):
+        from engine.generate import stream_generate
+
+        settings = settings_of(gen_vals)
+        if not (prompt_v or "").strip():
+            raise gr.Error("Type a prompt first.")
+        if settings.do_sample and settings.seed == 0:
+            settings = dataclasses.replace(settings, seed=1234)  # same seed on both sides, or sampling is not comparable
+        msgs: Any = ([{"role": "system", "content": system_v}] if system_v.strip() else []) + [{"role": "user", "content": prompt_v}]
+        request_msgs = msgs if mode_v == "chat" else prompt_v
+        stop_ev = signals.fresh(request.session_hash or "")
+        texts, lines = ["", ""], ["", ""]
+        for side, ref in enumerate((ref_a, ref_b)):
+            if stop_ev.is_set():
+                break
+            lines[side] = f"loading {ref}…"
+            yield texts[0], lines[0], texts[1], lines[1]
+            loaded = load(ref, quant_mode)
+            for upd in stream_generate(loaded, request_msgs, settings, chat=mode_v == "chat", stop_event=stop_ev):
+                texts[side], lines[side] = upd.text, _stats_line(upd)
+                yield texts[0], lines[0], texts[1], lines[1]
+
+    def on_stop(request: gr.Request) -> None:
+        signals.stop(request.session_hash or "")
+
+    def on_unload():
+        n = MODEL_CACHE.unload_all()
+        return f"Unloaded {n} model(s)."
+
+    send_inputs = [model, quant, mode, system, prompt, chat, *gen.values()]
+    ev = send.click(on_send, send_inputs, [chat, prompt, stats, model_info], api_name="generate", concurrency_limit=1, concurrency_id="gpu")
+    ev2 = prompt.submit(on_send, send_inputs, [chat, prompt, stats, model_info], concurrency_limit=1, concurrency_id="gpu")
+    regen.click(on_regenerate, [chat], [chat, prompt], queue=False).success(
+        on_send, send_inputs, [chat, prompt, stats, model_info], concurrency_limit=1, concurrency_id="gpu")
+    stop.click(on_stop, None, None, queue=False, api_name="stop_generation")
     clear.click(lambda: ([], ""), None, [chat, stats], queue=False)
-    refresh.click(lambda: gr.update(choices=_playground_models(jobs)), None, [model], queue=False)
-    return {"model": model}
+    cmp_btn.click(on_compare, [model, model_b, quant, mode, system, cmp_prompt, *gen.values()], [out_a, stats_a, out_b, stats_b],
+                  api_name="compare", concurrency_limit=1, concurrency_id="gpu")
+    cmp_stop.click(on_stop, None, None, queue=False)
+    refresh.click(lambda: (gr.update(choices=_playground_models(jobs)), gr.update(choices=_playground_models(jobs))), None, [model, model_b], queue=False)
+    unload.click(on_unload, None, [model_info], api_name="unload_models")
+    del ev, ev2
+    return {"model": model, "model_b": model_b}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -497,7 +609,7 @@ def build_app(runs_dir: Path) -> gr.Blocks:
         demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate")
         demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"]])
         # finished runs appear in the playground as soon as its tab is opened
-        pg_tab.select(lambda: gr.update(choices=_playground_models(jobs)), None, [pg["model"]], queue=False)
+        pg_tab.select(lambda: (gr.update(choices=_playground_models(jobs)),) * 2, None, [pg["model"], pg["model_b"]], queue=False)
     return demo
 
 

@@ -253,18 +253,28 @@ def validate(obj: Any) -> None:
 # Model loading
 # --------------------------------------------------------------------------------------------------
 
-QuantMode = Literal["none", "8bit", "4bit"]
+# "int8-dynamic" is torch dynamic quantization (CPU inference only); the others are bitsandbytes.
+QuantMode = Literal["none", "8bit", "4bit", "int8-dynamic"]
 DtypeChoice = Literal["auto", "fp16", "bf16", "fp32"]
 
 
 @dataclass
 class QuantSettings:
-    """How weights are loaded: unquantized, bitsandbytes 8-bit, or bitsandbytes 4-bit."""
+    """How weights are loaded: unquantized, bitsandbytes 8-bit or 4-bit, or torch int8 dynamic (CPU)."""
 
     mode: QuantMode = opt(
         "none",
-        "Weight quantization with bitsandbytes: none (16/32-bit), 8bit (LLM.int8) or 4bit (QLoRA).",
+        "Weight quantization: none (16/32-bit), 8bit (bitsandbytes LLM.int8), 4bit (bitsandbytes, QLoRA) or "
+        "int8-dynamic (torch dynamic int8 for CPU inference: ~4x smaller linear layers, usually faster on a CPU; "
+        "not for GPUs or training).",
         label="Quantization",
+        choices_help={
+            "none": "Unquantized weights in the compute dtype.",
+            "8bit": "bitsandbytes LLM.int8: about half of 16-bit memory; GPU or CPU.",
+            "4bit": "bitsandbytes 4-bit (nf4/fp4): about a quarter of 16-bit memory; what QLoRA trains on.",
+            "int8-dynamic": "torch dynamic int8 (torch.ao quantize_dynamic) of every Linear layer: CPU inference only, "
+            "weights int8, activations quantized on the fly; a LoRA adapter is merged first.",
+        },
     )
     quant_type: Literal["nf4", "fp4"] = opt(
         "nf4", "4-bit data type: nf4 (NormalFloat, best for normally distributed weights) or fp4.", label="4-bit type"
@@ -280,6 +290,11 @@ class QuantSettings:
 
     def __post_init__(self) -> None:
         validate(self)
+        # torch's dynamic int8 kernels take fp32 activations only: a 16-bit compute dtype cannot work there.
+        if self.mode == "int8-dynamic" and self.compute_dtype not in ("auto", "fp32"):
+            raise ConfigError(
+                "quant.compute_dtype", self.compute_dtype, "auto or fp32 with int8-dynamic (its kernels compute in fp32)"
+            )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -383,6 +398,11 @@ class TrainConfig:
 class GenerationSettings:
     """Decoding settings for the playground and `python -m engine generate`."""
 
+    # Class constants (not fields: no annotation). Each stop string costs a token-table precomputation in
+    # HF's StopStringCriteria, and a list this long is already unusual.
+    MAX_STOP_STRINGS = 8
+    MAX_STOP_STRING_CHARS = 100
+
     max_new_tokens: int = opt(128, "Most tokens to generate (clamped to the model's context).", min=1, max=8192, step=1, label="Max new tokens")
     do_sample: bool = opt(True, "Sample from the distribution (on) or always take the most likely token (greedy, off).", label="Sampling")
     temperature: float = opt(0.8, "Sharpens (<1) or flattens (>1) the distribution when sampling.", min=0.01, max=5.0, step=0.05, label="Temperature")
@@ -390,9 +410,44 @@ class GenerationSettings:
     top_p: float = opt(0.95, "Sample only among the most likely tokens whose probabilities add up to p (1 = off).", min=0.01, max=1.0, step=0.01, label="Top-p")
     repetition_penalty: float = opt(1.1, "Penalize tokens that already appeared (1 = off).", min=1.0, max=3.0, step=0.05, label="Repetition penalty")
     seed: int = opt(0, "Random seed for sampling (0 = a new random seed each time).", min=0, max=2**31 - 1, step=1, label="Seed")
+    min_p: float = opt(
+        0.0,
+        "Sample only among tokens at least min_p times as likely as the most likely one (0 = off). Adapts to the model's confidence, unlike top-p.",
+        min=0.0, max=1.0, step=0.01, label="Min-p",
+    )
+    no_repeat_ngram_size: int = opt(
+        0, "Never repeat a sequence of this many tokens (0 = off). 3-4 stops loops; 1-2 also blocks normal repeated words.",
+        min=0, max=20, step=1, label="No-repeat n-gram size",
+    )
+    stop_strings: str = opt(
+        "",
+        f"Strings that end the answer once generated, one per line (at most {MAX_STOP_STRINGS}, {MAX_STOP_STRING_CHARS} characters each; "
+        "kept in the output). Write \\n for a newline, e.g. a line \\n\\n stops at a blank line.",
+        label="Stop strings",
+    )
 
     def __post_init__(self) -> None:
+        if isinstance(self.stop_strings, (list, tuple)):  # Python callers may pass a list: store the text form
+            self.stop_strings = "\n".join(str(s) for s in self.stop_strings)
         validate(self)
+        stops = self.stop_list()  # raises on bad lines; keep the text as typed (the UI shows it back)
+        if len(stops) > self.MAX_STOP_STRINGS:
+            raise ConfigError("stop_strings", self.stop_strings, f"at most {self.MAX_STOP_STRINGS} stop strings, one per line (got {len(stops)})")
+
+    def stop_list(self) -> list[str]:
+        """The stop strings as a list: one per non-blank line, surrounding spaces dropped, `\\n`/`\\t` unescaped
+        (a newline cannot be typed inside a one-per-line list otherwise), duplicates removed."""
+        out: list[str] = []
+        for line in str(self.stop_strings or "").splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            if len(line) > self.MAX_STOP_STRING_CHARS:
+                raise ConfigError("stop_strings", line, f"stop strings of at most {self.MAX_STOP_STRING_CHARS} characters each")
+            stop = line.replace("\\n", "\n").replace("\\t", "\t")
+            if stop not in out:
+                out.append(stop)
+        return out
 
 
 # --- memory ---------------------------------------------------------------------------------------

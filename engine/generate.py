@@ -18,11 +18,15 @@ concatenation of every `new_text` equals the final `text`.
   reproducible when generations do not overlap; the UI allows one generation per device at a time
   (`concurrency_limit`), which also keeps them from competing for the GPU.
 - End of answer: eos ids are the model's and tokenizer's eos plus the single-token end-of-turn markers the
-  tokenizer has (`<|end|>`, `<|im_end|>`, `<|eot_id|>`, ...), so chat models stop after their turn.
+  tokenizer has (`<|end|>`, `<|im_end|>`, `<|eot_id|>`, ...), so chat models stop after their turn; stop
+  strings (the settings' plus the caller's) end it too. engine/batch.py reuses the helpers here.
+- Presets: `generation_presets` / `apply_preset` read the named decoding presets of presets/generation.yaml.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import queue
 import threading
 import time
@@ -32,10 +36,11 @@ from typing import Any
 
 import torch
 
-from .config import GenerationSettings
+from .config import GenerationSettings, from_dict, to_dict
 from .device import peak_memory_gib, reset_peak
-from .errors import EngineError, GenerationError
+from .errors import ConfigError, EngineError, GenerationError
 from .loaders import LoadedModel
+from .presets import PRESETS_DIR
 
 # Tokens that close a turn in common chat formats (ours is <|end|>); used as extra eos ids when present.
 END_OF_TURN_TOKENS = ("<|end|>", "<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|eot|>", "<|end_of_turn|>")
@@ -170,17 +175,36 @@ def _make_streamer(tokenizer: Any) -> Any:
     return CountingStreamer()
 
 
-def _gen_kwargs(settings: GenerationSettings, max_new: int, eos_ids: list[int], pad_id: int | None) -> dict[str, Any]:
+def merged_stop_strings(settings: GenerationSettings, extra: list[str] | None = None) -> list[str]:
+    """The settings' stop strings (one per line) followed by the caller's, without empties or duplicates."""
+    out: list[str] = []
+    for stop in [*settings.stop_list(), *(extra or ())]:
+        if stop and stop not in out:
+            out.append(stop)
+    return out
+
+
+def _gen_kwargs(
+    settings: GenerationSettings, max_new: int, eos_ids: list[int], pad_id: int | None, *, tokenizer: Any = None, stop_strings: list[str] | None = None
+) -> dict[str, Any]:
+    """`model.generate` kwargs (also used by engine/batch.py). Stop strings (the complete list, see
+    `merged_stop_strings`) go with the tokenizer: HF matches them on the token level and needs it for that."""
     kwargs: dict[str, Any] = {"max_new_tokens": max_new, "do_sample": settings.do_sample}
     if settings.do_sample:
         # Only pass sampling knobs when sampling: transformers warns about them in greedy mode.
         kwargs.update(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
+        if settings.min_p > 0:
+            kwargs["min_p"] = settings.min_p
     if settings.repetition_penalty != 1.0:
         kwargs["repetition_penalty"] = settings.repetition_penalty
+    if settings.no_repeat_ngram_size > 0:  # applies to greedy decoding too
+        kwargs["no_repeat_ngram_size"] = settings.no_repeat_ngram_size
     if eos_ids:
         kwargs["eos_token_id"] = eos_ids
     if pad_id is not None:
         kwargs["pad_token_id"] = pad_id
+    if stop_strings and tokenizer is not None:
+        kwargs.update(stop_strings=list(stop_strings), tokenizer=tokenizer)
     return kwargs
 
 
@@ -196,7 +220,8 @@ def stream_generate(
     """Stream a generation as `GenerationUpdate`s (see the module docstring).
 
     stop_event: set it (from any thread) to end the generation after the current token.
-    stop_strings: optional strings that end the generation once generated (kept in the text).
+    stop_strings: optional strings that end the generation once generated (kept in the text), in addition to
+    `settings.stop_strings`.
     Raises GenerationError for an empty prompt, a prompt longer than the context, or a failed generate.
     """
     t0 = time.perf_counter()
@@ -226,10 +251,8 @@ def stream_generate(
     eos_ids = _end_token_ids(loaded)
     stop = stop_event if stop_event is not None else threading.Event()
     streamer = _make_streamer(tokenizer)
-    kwargs = _gen_kwargs(settings, max_new, eos_ids, tokenizer.pad_token_id)
-    stop_strings = [s for s in stop_strings or () if s]
-    if stop_strings:  # HF matches them on the token level; it needs the tokenizer for that
-        kwargs.update(stop_strings=stop_strings, tokenizer=tokenizer)
+    stops = merged_stop_strings(settings, stop_strings)
+    kwargs = _gen_kwargs(settings, max_new, eos_ids, tokenizer.pad_token_id, tokenizer=tokenizer, stop_strings=stops)
     result: dict[str, Any] = {}
 
     def work() -> None:
@@ -335,3 +358,41 @@ def generate_text(
     for update in stream_generate(loaded, prompt, settings, chat=chat):
         final = update
     return final.text if final is not None else ""
+
+
+# --- named presets ----------------------------------------------------------------------------------
+GENERATION_PRESETS_FILE = PRESETS_DIR / "generation.yaml"
+
+
+@functools.cache
+def _load_presets() -> dict[str, dict[str, Any]]:
+    import yaml
+
+    name = GENERATION_PRESETS_FILE.name
+    try:
+        data = yaml.safe_load(GENERATION_PRESETS_FILE.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise EngineError(f"Cannot read the generation presets ({name}): {exc}") from exc
+    presets = data.get("presets") if isinstance(data, dict) else None
+    if not isinstance(presets, dict) or not presets:
+        raise EngineError(f"{name} must have a non-empty 'presets' mapping.")
+    for key, entry in presets.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("description"), str) or not isinstance(entry.get("settings"), dict):
+            raise EngineError(f"Generation preset {key!r} in {name} needs a one-line 'description' and a 'settings' mapping.")
+        from_dict(GenerationSettings, entry["settings"], where=f"preset {key}: ")  # fail at load, not on click
+    return {str(k): {"description": v["description"].strip(), "settings": dict(v["settings"])} for k, v in presets.items()}
+
+
+def generation_presets() -> dict[str, dict[str, Any]]:
+    """Named decoding presets: ``{name: {"description": str, "settings": {field: value}}}`` (a copy: safe to change)."""
+    return copy.deepcopy(_load_presets())
+
+
+def apply_preset(name: str, settings: GenerationSettings | None = None) -> GenerationSettings:
+    """`settings` (default: the defaults) with preset `name`'s fields replaced; the fields a preset does not
+    name (max new tokens, seed, stop strings) are kept. Raises ConfigError for an unknown name."""
+    presets = _load_presets()
+    if name not in presets:
+        raise ConfigError("preset", name, "one of " + ", ".join(presets))
+    base = to_dict(settings if settings is not None else GenerationSettings())
+    return from_dict(GenerationSettings, {**base, **presets[name]["settings"]})

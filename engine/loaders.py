@@ -10,9 +10,14 @@ Model references (`ref`):
 - a Hub id           ``owner/name`` (or a legacy single name such as ``gpt2``), via ``from_pretrained``;
                      ``HF_TOKEN`` is picked up from the environment by huggingface_hub, never logged here
 
-Quantization (`QuantSettings`): none, bitsandbytes 8-bit or 4-bit (nf4/fp4, double quant, compute dtype).
-The dtype policy lives in engine/device.py. Every 4-bit model returned here has bitsandbytes' CPU repacking
-switched off (engine/bnb_safety.py, design.md §6), so a model used in the playground can still be trained.
+Quantization (`QuantSettings`): none, bitsandbytes 8-bit or 4-bit (nf4/fp4, double quant, compute dtype), or
+torch int8 dynamic quantization for CPU inference (engine/cpu_quant.py). The dtype policy lives in
+engine/device.py. Every 4-bit model returned here has bitsandbytes' CPU repacking switched off
+(engine/bnb_safety.py, design.md §6), so a model used in the playground can still be trained.
+
+Placement: `device_map="auto"` lets accelerate spread a model that does not fit the GPU over GPU, CPU RAM and
+disk (the disk part goes to an offload folder under the runs dir); `LoadedModel.placement()` says what lives where
+(engine/placement.py). On a CPU-only machine "auto" is ignored: everything is on the CPU anyway.
 
 `ModelCache` keeps loaded models so the playground does not reload on every message. `MODEL_CACHE` is the
 one process-wide instance: it is shared by every browser session and thread, and guarded by its lock.
@@ -37,7 +42,8 @@ import torch
 
 from .config import QuantSettings
 from .device import DeviceInfo, detect_device, dtype_name, resolve_dtype
-from .errors import EngineError, ModelLoadError
+from .errors import ConfigError, EngineError, ModelLoadError
+from .placement import summarize_device_map
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,14 @@ class LoadedModel:
     # True: 4-bit layers may repack for fast CPU inference; call bnb_safety.prepare_for_training before training
     cpu_repack_allowed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def placement(self) -> dict[str, str]:
+        """What lives where: {module group: "device · storage"}, e.g. {"model.layers.0-5": "cuda:0 · 4-bit nf4
+        (bitsandbytes)", "lm_head": "disk (offloaded) · fp16"}. Built from `hf_device_map` when accelerate
+        placed the model (device_map="auto"), from the tensors otherwise."""
+        from .placement import describe_placement
+
+        return describe_placement(self.model)
 
     @property
     def context_length(self) -> int | None:
@@ -340,19 +354,24 @@ def load_tokenizer(
     return _tokenizer_from(source.location, trust_remote_code)
 
 
-def bnb_config(quant: QuantSettings, compute_dtype: torch.dtype) -> Any:
-    """The transformers BitsAndBytesConfig for `quant` (None for mode "none")."""
-    if quant.mode == "none":
+def bnb_config(quant: QuantSettings, compute_dtype: torch.dtype, *, cpu_offload: bool = False) -> Any:
+    """The transformers BitsAndBytesConfig for `quant` (None for modes that are not bitsandbytes).
+
+    cpu_offload: keep modules that device_map="auto" puts on the CPU/disk unquantized in fp32 (bitsandbytes
+    refuses to place quantized weights there, and transformers refuses the map without this flag).
+    """
+    if quant.mode not in ("8bit", "4bit"):
         return None
     from transformers import BitsAndBytesConfig
 
     if quant.mode == "8bit":
-        return BitsAndBytesConfig(load_in_8bit=True)
+        return BitsAndBytesConfig(load_in_8bit=True, llm_int8_enable_fp32_cpu_offload=cpu_offload)
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type=quant.quant_type,
         bnb_4bit_use_double_quant=quant.double_quant,
         bnb_4bit_compute_dtype=compute_dtype,
+        llm_int8_enable_fp32_cpu_offload=cpu_offload,
     )
 
 
@@ -369,14 +388,20 @@ def load_model(
     device_map: str | dict[str, Any] | None = None,
     cache: bool = False,
     allow_cpu_repack: bool = False,
+    offload_folder: Path | None = None,
+    max_memory: dict[int | str, int | str] | None = None,
 ) -> LoadedModel:
     """Load model + tokenizer for `ref` (see the module docstring for the reference forms).
 
     quant: None = unquantized, except for a QLoRA run (run:NAME) which loads its base the way it was
     trained (4-bit). dtype overrides the policy dtype of the unquantized parts (resolve_dtype of
     quant.compute_dtype otherwise). device_map: default {"": 0} on CUDA, the CPU otherwise; "auto" spreads
-    a model over several GPUs/CPU with accelerate. adapter: a LoRA adapter (run:NAME, Hub id, or folder
-    under the same path policy) applied on top, unmerged. cache=True goes through `MODEL_CACHE`.
+    a model over the GPUs, CPU RAM and disk with accelerate (ignored on a CPU-only machine); what went where
+    is in `LoadedModel.placement()`. offload_folder: where "auto" puts weights that fit neither GPU nor RAM (default
+    `<runs>/_offload/`; it must lie inside the runs dir unless allow_local_paths). max_memory: accelerate's
+    per-device budget for "auto", e.g. {0: "6GiB", "cpu": "12GiB"}. quant.mode "int8-dynamic" quantizes every
+    Linear with torch for CPU inference (ConfigError on a GPU), merging an adapter first. adapter: a LoRA
+    adapter (run:NAME, Hub id, or folder under the same path policy) applied on top, unmerged. cache=True goes through `MODEL_CACHE`.
     allow_cpu_repack: opt in to bitsandbytes' packed CPU inference layout for 4-bit models (1.2-5x faster
     CPU decoding, measured in engine/bnb_safety.py's docstring) for models that are never trained; the
     default keeps every 4-bit model safe to train (engine/bnb_safety.py).
@@ -394,6 +419,8 @@ def load_model(
             dtype=dtype,
             device_map=device_map,
             allow_cpu_repack=allow_cpu_repack,
+            offload_folder=offload_folder,
+            max_memory=max_memory,
         )
     return _load_uncached(
         ref,
@@ -406,6 +433,8 @@ def load_model(
         dtype=dtype,
         device_map=device_map,
         allow_cpu_repack=allow_cpu_repack,
+        offload_folder=offload_folder,
+        max_memory=max_memory,
     )
 
 
@@ -421,6 +450,8 @@ def _load_uncached(
     dtype: torch.dtype | None,
     device_map: str | dict[str, Any] | None,
     allow_cpu_repack: bool = False,
+    offload_folder: Path | None = None,
+    max_memory: dict[int | str, int | str] | None = None,
 ) -> LoadedModel:
     from transformers import AutoModelForCausalLM
 
@@ -435,15 +466,28 @@ def _load_uncached(
         quant = source.run_quant or QuantSettings(mode="none")
     compute_dtype = resolve_dtype(quant.compute_dtype, device, field="quant.compute_dtype")
     model_dtype = dtype or compute_dtype
+    int8_dynamic = quant.mode == "int8-dynamic"
+    if int8_dynamic:
+        from .cpu_quant import check_device
 
-    if quant.mode != "none":
+        check_device(device)  # before any weights are read: a GPU user gets the message at once
+        if model_dtype != torch.float32:
+            raise ConfigError("dtype", dtype_name(model_dtype), "fp32 with int8-dynamic (its kernels compute in fp32)")
+    if device_map == "auto" and device.kind == "cpu":
+        device_map = None  # everything lands on the CPU anyway; accelerate's hooks would only slow it down
+
+    if quant.mode in ("8bit", "4bit"):
         _check_bnb()
     if quant.mode == "8bit" and device.kind == "cpu":
         _quiet_int8_cast_warning()
     kwargs: dict[str, Any] = {"dtype": model_dtype, "trust_remote_code": trust_remote_code}
-    qconfig = bnb_config(quant, compute_dtype)
+    qconfig = bnb_config(quant, compute_dtype, cpu_offload=device_map == "auto")
     if qconfig is not None:
         kwargs["quantization_config"] = qconfig
+    if device_map == "auto":
+        kwargs["offload_folder"] = str(_offload_folder(offload_folder, runs_dir, allow_local_paths))
+        if max_memory:
+            kwargs["max_memory"] = max_memory
     if device_map is not None:
         kwargs["device_map"] = device_map
     elif device.kind == "cuda":
@@ -469,6 +513,14 @@ def _load_uncached(
         adapter_location = _resolve_adapter(adapter, runs_dir, allow_local_paths)
     if adapter_location is not None:
         model = _apply_adapter(model, adapter_location)
+        if int8_dynamic:
+            # Quantized layers cannot carry an unmerged LoRA (peft reads `.weight` of the base layer, which a
+            # dynamic int8 Linear does not have): fold the adapter into the fp32 weights first.
+            model = model.merge_and_unload()
+    if int8_dynamic:
+        from .cpu_quant import quantize_int8_dynamic
+
+        model = quantize_int8_dynamic(model)
 
     tok_location = source.location
     if source.adapter_dir is not None and _has_tokenizer(source.adapter_dir):
@@ -484,11 +536,21 @@ def _load_uncached(
         disable_cpu_repack(model)
     model.eval()
 
-    footprint = model.get_memory_footprint() / 2**30
+    if int8_dynamic:
+        from .cpu_quant import footprint_bytes
+
+        footprint = footprint_bytes(model) / 2**30  # get_memory_footprint misses the packed int8 weights
+    else:
+        footprint = model.get_memory_footprint() / 2**30
     where_device = "cpu" if device.kind == "cpu" and device_map is None else f"{device.kind} ({device.name})"
-    quant_text = (
-        "unquantized" if quant.mode == "none" else (quant.mode if quant.mode == "8bit" else f"4-bit {quant.quant_type}")
+    split = summarize_device_map(getattr(model, "hf_device_map", None)) if device_map == "auto" else ""
+    if split:
+        where_device += f", {split}"
+    quant_text = {"none": "unquantized", "8bit": "8bit", "int8-dynamic": "int8 dynamic"}.get(
+        quant.mode, f"4-bit {quant.quant_type}"
     )
+    if int8_dynamic and adapter_location:
+        quant_text += " (adapter merged)"
     loaded = LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -505,6 +567,17 @@ def _load_uncached(
     )
     log.info("loaded %s in %.1fs: %s, %.3f GiB", ref, loaded.load_seconds, loaded.where, footprint)
     return loaded
+
+
+def _offload_folder(folder: Path | None, runs_dir: Path, allow_local_paths: bool) -> Path:
+    """Where device_map="auto" writes weights that fit neither GPU nor RAM: under the runs dir by default (it is
+    the one folder the app may write big files to, and on Colab it can live on Drive)."""
+    path = Path(folder).expanduser() if folder is not None else runs_dir / "_offload"
+    if not (allow_local_paths or _is_within(path, runs_dir)):
+        raise ModelLoadError(
+            f"offload_folder {str(path)!r} is outside the runs directory {runs_dir}; weights can only be offloaded there."
+        )
+    return path
 
 
 def _check_bnb() -> None:
@@ -591,6 +664,8 @@ class ModelCache:
         dtype: torch.dtype | None = None,
         device_map: str | dict[str, Any] | None = None,
         allow_cpu_repack: bool = False,
+        offload_folder: Path | None = None,
+        max_memory: dict[int | str, int | str] | None = None,
     ) -> CacheKey:
         """The identity of a load request. allow_local_paths is part of it so that a model loaded by a
         trusted caller is never handed to one that may not name that path."""
@@ -607,6 +682,8 @@ class ModelCache:
             str(dtype) if dtype else None,
             dm,
             allow_cpu_repack,
+            str(offload_folder) if offload_folder else None,
+            json.dumps({str(k): v for k, v in max_memory.items()}, sort_keys=True) if max_memory else None,
         )
 
     def get_or_load(self, ref: str, quant: QuantSettings | None = None, **kwargs: Any) -> LoadedModel:
@@ -687,6 +764,8 @@ def _loader_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
         "dtype": None,
         "device_map": None,
         "allow_cpu_repack": False,
+        "offload_folder": None,
+        "max_memory": None,
     }
     unknown = set(kwargs) - set(defaults)
     if unknown:

@@ -69,9 +69,9 @@ def test_finetune_start_poll_finish_then_generate(client, runs_dir):
     s = jobs.status("ui-lora")
     assert s.state == "finished", (runs_dir / "ui-lora" / "train.log").read_text()[-3000:]
     gen = _defaults(GenerationSettings, GEN_NAMES, {"max_new_tokens": 6, "do_sample": False})
-    chat, _prompt, stats = client.predict("run:ui-lora", "none", "chat", "", "Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).", [], *gen,
+    chat, _prompt, stats, info = client.predict("run:ui-lora", "none", "chat", "", "Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).", [], *gen,
                                           api_name="/generate")
-    assert chat[-1]["role"] == "assistant" and "tokens/s" in stats
+    assert chat[-1]["role"] == "assistant" and "tokens/s" in stats and "loaded in" in info
 
 
 def test_upload_of_a_bad_file_is_a_clear_error(client, tmp_path):
