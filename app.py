@@ -255,6 +255,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
                 lora = make_inputs(TrainConfig, only=FT_LORA, values=FT_DEFAULTS)
             with gr.Accordion("Run", open=False):
                 runf = make_inputs(TrainConfig, only=FT_RUN, values=FT_DEFAULTS)
+            prediction = gr.Markdown(elem_id="finetune-prediction")
             with gr.Row():
                 start = gr.Button("Start training", variant="primary")
                 stop = gr.Button("Stop (saves a checkpoint)", variant="stop")
@@ -289,9 +290,36 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         check_ui_train_config(cfg, jobs.runs_dir, upload_dir)
         return cfg
 
+    def predict(cfg: TrainConfig) -> tuple[str, str | None]:
+        """(markdown, verdict) of the estimator for this form on the machine the run will use."""
+        from engine.device import detect_device, dtype_name, resolve_dtype
+        from engine.handoff import fit_verdict, query_from_train
+
+        device = detect_device()
+        dtype = resolve_dtype(cfg.precision, device, field="precision")
+        head = f"Effective batch **{cfg.micro_batch_size * cfg.grad_accum}** (micro batch {cfg.micro_batch_size} × accumulation {cfg.grad_accum})."
+        if cfg.base_model.startswith("run:"):
+            return head + " Memory prediction: shown once the run starts (the base comes from a previous run).", None
+        est = memory.estimate(query_from_train(cfg, dtype_name(dtype)))
+        need = est.total_gib if device.kind == "cuda" else est.allocated_gib
+        verdict = fit_verdict(need, device.total_gib)
+        word = {"fits": "✅ fits", "tight": "⚠ tight", "no": "❌ does not fit"}[verdict]
+        return (f"{head}\n\nPredicted peak **{est.allocated_gib:.2f} GiB** allocated ({est.total_gib:.2f} GiB as nvidia-smi shows it) · "
+                f"{device.name} ({device.kind}, {device.total_gib:.1f} GiB): **{word}**"
+                + ("" if verdict == "fits" else " — the Memory estimator's *Make it fit* lists the cheapest changes.")), verdict
+
+    def on_predict(upload_path, *vals):
+        try:
+            return predict(config_of(upload_path, *vals))[0]
+        except EngineError as exc:
+            return f"⚠ {exc}"
+
     @ui_errors
     def on_start(upload_path, *vals):
         cfg = config_of(upload_path, *vals)
+        _, verdict = predict(cfg)
+        if verdict == "no":
+            gr.Warning("The estimator predicts this run will not fit in this machine's memory; it may stop with an out-of-memory error.")
         name = jobs.start(cfg)
         gr.Info(f"Started run '{name}'. You can close this tab: the run goes on and is shown again when you come back.")
         return name, gr.update(choices=_run_choices(jobs), value=name)
@@ -372,8 +400,10 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
     merge_btn.click(on_merge, [run_pick], None, api_name="merge_adapter", concurrency_limit=1, concurrency_id="gpu")
     show_cmd.click(on_show_cmd, form_inputs, [command], api_name="show_command")
     timer.tick(on_poll, [watched], [status, progress, plot, log, history], show_progress="hidden", queue=False)
+    for comp in form.values():
+        comp.change(on_predict, form_inputs, [prediction], queue=False, show_progress="hidden")
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": on_load, "poll": on_poll,
-            "status": status}
+            "status": status, "predict": on_predict, "form_inputs": form_inputs, "prediction": prediction}
 
 
 def _keep_upload(path: str, upload_dir: Path) -> Path:
@@ -608,6 +638,7 @@ def build_app(runs_dir: Path) -> gr.Blocks:
         est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], list(form.values()), api_name="copy_to_finetune")
         demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate")
         demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"]])
+        demo.load(ft["predict"], ft["form_inputs"], [ft["prediction"]], api_name="predict_memory")
         # finished runs appear in the playground as soon as its tab is opened
         pg_tab.select(lambda: (gr.update(choices=_playground_models(jobs)),) * 2, None, [pg["model"], pg["model_b"]], queue=False)
     return demo

@@ -98,7 +98,7 @@ def _score_text(model: Any, ids: torch.Tensor, window: int, stride: int, device:
     for begin in range(0, n, stride):
         end = min(begin + window, n)
         # Targets are positions [first, end): the ones the previous window did not score. Position 0 of a
-        # window has no context inside it, so it is never a target (HF's `num_valid_tokens - batch_size`).
+        # window has no context inside it, so it is never a target.
         first = max(prev_end, begin + 1)
         if first < end:
             chunk = ids[begin:end].unsqueeze(0).to(device)  # (1, L)
@@ -139,7 +139,8 @@ def perplexity(loaded: LoadedModel, texts: Sequence[str], *, window: int | None 
     try:
         with torch.no_grad():
             for text in texts:
-                ids = torch.tensor(tokenizer(text)["input_ids"], dtype=torch.long)
+                # verbose=False: a text longer than the context is expected here (that is what windows are for)
+                ids = torch.tensor(tokenizer(text, verbose=False)["input_ids"], dtype=torch.long)
                 if ids.numel() < 2:
                     skipped += 1
                     continue

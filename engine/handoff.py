@@ -48,6 +48,42 @@ def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
 _SHORT = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj", "down": "down_proj", "lm_head": "lm_head"}
 
 
+def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None) -> MemoryQuery:
+    """The estimator query for a training config run in `dtype` ("fp32" | "fp16" | "bf16").
+
+    model: what the estimator should resolve (a config.json path for runs/local folders); default base_model.
+    """
+    if cfg.method == "qlora":
+        wp = cfg.quant.quant_type
+    elif cfg.method == "full" and dtype == "fp16":
+        wp = "fp32"  # fp16 AMP keeps fp32 master weights
+    else:
+        wp = dtype
+    tp = {"fp32": "fp32", "fp16": "amp-fp16", "bf16": "amp-bf16"}[dtype]
+    return MemoryQuery(
+        model=model or cfg.base_model,
+        task="full" if cfg.method == "scratch" else cfg.method,
+        weight_precision=wp,
+        double_quant=cfg.quant.double_quant,
+        training_precision=tp,
+        optimizer=cfg.optimizer,
+        lora_r=cfg.lora.r,
+        lora_targets=cfg.lora.targets,
+        lora_dropout=cfg.lora.dropout,
+        batch=cfg.micro_batch_size,
+        grad_accum=cfg.grad_accum,
+        seq_len=cfg.max_seq_len,
+        grad_ckpt=cfg.grad_checkpointing,
+    )
+
+
+def fit_verdict(need_gib: float, capacity_gib: float) -> str:
+    """fits / tight / no for a predicted need against a machine's usable capacity."""
+    if need_gib <= 0.9 * capacity_gib:
+        return "fits"
+    return "tight" if need_gib <= capacity_gib else "no"
+
+
 def _train_targets(spec: str) -> str:
     if spec in ("all-linear", "attention"):
         return spec

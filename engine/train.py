@@ -155,31 +155,12 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
 
 def predict_memory(cfg: TrainConfig, device: DeviceInfo, dtype: torch.dtype, model_config_path: Path | None) -> dict[str, Any] | None:
     """The estimator's prediction for this run's settings (None when the model is unknown to it)."""
-    from .config import MemoryQuery
+    from .handoff import query_from_train
     from .memory import estimate
 
-    wp = {"qlora": cfg.quant.quant_type if cfg.quant.mode == "4bit" or cfg.method == "qlora" else "nf4"}.get(cfg.method)
-    if wp is None:
-        wp = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
-        if cfg.method == "full" and dtype == torch.float16:
-            wp = "fp32"
-    tp = "fp32" if dtype == torch.float32 else ("amp-fp16" if dtype == torch.float16 else "amp-bf16")
-    model = str(model_config_path) if model_config_path else cfg.base_model
+    name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
     try:
-        q = MemoryQuery(
-            model=model,
-            task="full" if cfg.method == "scratch" else cfg.method,
-            weight_precision=wp,
-            double_quant=cfg.quant.double_quant,
-            training_precision=tp,
-            optimizer=cfg.optimizer,
-            lora_r=cfg.lora.r,
-            lora_targets=cfg.lora.targets,
-            batch=cfg.micro_batch_size,
-            seq_len=cfg.max_seq_len,
-            grad_ckpt=cfg.grad_checkpointing,
-        )
-        est = estimate(q)
+        est = estimate(query_from_train(cfg, name, str(model_config_path) if model_config_path else None))
     except EngineError as exc:
         log.info("no memory prediction: %s", exc)
         return None

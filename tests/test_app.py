@@ -104,3 +104,13 @@ def test_manual_architecture_and_server_paths_in_estimator(client):
     assert "parameters" in out[0] and "8,0" in out[0]  # a Llama-3-8B-shaped model: ~8,030 M parameters
     out = client.predict("/etc/passwd.json", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
     assert "server paths are not accepted" in out[0]
+
+
+def test_form_shows_live_memory_prediction(client):
+    text = client.predict(None, *_defaults(TrainConfig, FT_NAMES), api_name="/predict_memory")
+    assert "Effective batch **16**" in text and "Predicted peak" in text and "fits" in text
+    text = client.predict(None, *_defaults(TrainConfig, FT_NAMES, {"base_model": "Qwen/Qwen2.5-7B", "method": "full", "max_seq_len": 4096,
+                                                                   "micro_batch_size": 64}), api_name="/predict_memory")
+    assert "does not fit" in text
+    text = client.predict(None, *_defaults(TrainConfig, FT_NAMES, {"precision": "fp16"}), api_name="/predict_memory")
+    assert "⚠" in text and "precision" in text  # fp16 training on a CPU is refused with the field named
