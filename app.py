@@ -180,7 +180,8 @@ def build_estimator(upload_dir: Path) -> dict[str, Any]:
 
 FT_MAIN = ["method", "base_model", "dataset"]
 FT_TRAIN = ["max_steps", "epochs", "learning_rate", "lr_scheduler", "warmup_ratio", "micro_batch_size", "grad_accum", "max_seq_len",
-            "precision", "grad_checkpointing", "optimizer", "weight_decay", "max_grad_norm", "seed", "eval_fraction", "train_on_prompt"]
+            "precision", "grad_checkpointing", "optimizer", "weight_decay", "max_grad_norm", "seed", "eval_fraction", "train_on_prompt",
+            "stop_at_loss"]
 FT_LORA = ["lora.r", "lora.alpha", "lora.dropout", "lora.targets", "quant.quant_type", "quant.double_quant", "quant.compute_dtype"]
 FT_RUN = ["logging_steps", "save_steps", "save_total_limit", "run_name", "trust_remote_code"]
 # The offline first run: fully fine-tune the built-in compact model on the scored date task. Measured on a 2-core CPU:
@@ -218,6 +219,8 @@ def _status_md(s) -> str:
         lines.append(f"Saved **{s.output}/** in `{s.path}` — choose `run:{s.name}` in the Playground.")
     if s.state == "failed" and s.error:
         lines.append(f"**Error:** {s.error}")
+        if s.error_kind == "oom":
+            lines.append("Click **Retry after OOM** to rerun with half the micro batch and twice the accumulation (same effective batch).")
     if s.resumable:
         lines.append("This run can be resumed from its last checkpoint (Resume).")
     return "\n\n".join(lines)
@@ -270,6 +273,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
             with gr.Row():
                 run_pick = gr.Dropdown(choices=_run_choices(jobs), label="Run", info="Watch, resume or delete a run.", scale=3)
                 resume = gr.Button("Resume", scale=1)
+                retry = gr.Button("Retry after OOM (½ micro batch, 2× accumulation)", scale=2)
                 delete = gr.Button("Delete", scale=1)
             with gr.Row():
                 zip_btn = gr.Button("Download run (zip)", size="sm")
@@ -352,6 +356,14 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         return name
 
     @ui_errors
+    def on_retry(name):
+        if not name:
+            raise gr.Error("Pick the run that ran out of memory.")
+        new = jobs.retry_smaller_batch(name)
+        gr.Info(f"Started '{new}' with half the micro batch and twice the accumulation (same effective batch).")
+        return new, gr.update(choices=_run_choices(jobs), value=new)
+
+    @ui_errors
     def on_delete(name):
         if not name:
             raise gr.Error("Pick a run to delete.")
@@ -395,6 +407,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
     stop.click(on_stop, [watched], None, api_name="stop_training")
     resume.click(on_resume, [run_pick], [watched], api_name="resume_training", concurrency_limit=1, concurrency_id="jobs")
     delete.click(on_delete, [run_pick], [watched, run_pick, history], api_name="delete_run")
+    retry.click(on_retry, [run_pick], [watched, run_pick], api_name="retry_oom", concurrency_limit=1, concurrency_id="jobs")
     run_pick.input(lambda n: n, [run_pick], [watched], queue=False)
     zip_btn.click(on_zip, [run_pick], [download], api_name="download_run")
     merge_btn.click(on_merge, [run_pick], None, api_name="merge_adapter", concurrency_limit=1, concurrency_id="gpu")

@@ -76,6 +76,20 @@ class EventsCallback(TrainerCallback):
         )
 
 
+class StopAtLossCallback(TrainerCallback):
+    """Ends training normally (final save included) once the logged training loss reaches a threshold."""
+
+    def __init__(self, threshold: float, events: EventLog) -> None:
+        self.threshold = threshold
+        self.events = events
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: dict | None = None, **kw: Any) -> None:
+        loss = _finite((logs or {}).get("loss"))
+        if self.threshold > 0 and loss is not None and loss <= self.threshold and not control.should_training_stop:
+            self.events.write("phase", phase=f"loss {loss:.4f} reached the stop-at-loss threshold {self.threshold}: finishing")
+            control.should_training_stop = True
+
+
 class StopFileCallback(TrainerCallback):
     """Stops at the next optimizer step when `<run>/STOP` exists, saving a checkpoint first so that a
     stopped run resumes exactly where it was (no lost work)."""

@@ -370,6 +370,8 @@ class TrainConfig:
     save_total_limit: int = opt(2, "Keep only the last K checkpoints.", min=1, max=100, step=1, label="Keep checkpoints")
     eval_fraction: float = opt(0.1, "Fraction of the data held out to measure eval loss (0 = none).", min=0.0, max=0.5, step=0.01, label="Eval fraction")
     train_on_prompt: bool = opt(False, "Also compute the loss on prompt tokens (default: responses only).", label="Train on prompt")
+    stop_at_loss: float = opt(0.0, "Finish early (saving the model) once the logged training loss is at or below this value; 0 = off.",
+                              min=0.0, max=100.0, label="Stop at loss")
     quant: QuantSettings = opt(QuantSettings(mode="4bit"), "Quantization of the frozen base model (QLoRA).")
     lora: LoraSettings = opt(LoraSettings(), "LoRA adapter settings (qlora / lora).")
     trust_remote_code: bool = opt(False, "Run Python code shipped with a Hub model. Only for models you trust.", label="Trust remote code")

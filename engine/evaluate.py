@@ -185,16 +185,32 @@ def dataset_perplexity(loaded: LoadedModel, source: str, *, max_rows: int = 200,
 
 def task_accuracy(loaded: LoadedModel, *, n: int | None = None, max_new_tokens: int = 16, batch_size: int = 16) -> TaskScore:
     """Exact-match accuracy on the built-in date task's test split (`n` items, default all 100), greedy and
-    batched (`engine.tasks.evaluate_task`). 4-bit models are protected from CPU repacking first unless they
-    were loaded inference-only."""
+    batched (`engine.tasks.evaluate_task`). max_new_tokens is lowered to what the model's context leaves
+    after the longest prompt. 4-bit models are protected from CPU repacking first unless they were loaded
+    inference-only. Raises EngineError when the prompts do not fit in the model's context at all."""
+    from .tasks import _left_padded_prompts
+    from .tokenizer import DEFAULT_CHAT_TEMPLATE
+
     try:
         items = date_items("test", n)
     except ValueError as exc:
         raise EngineError(f"n = {n!r} is not allowed: {exc}.") from exc
     if not items:
         raise EngineError("n = 0: ask for at least one test item.")
+    ctx, tokenizer = loaded.context_length, loaded.tokenizer
+    if ctx is not None:
+        # The prompts exactly as evaluate_task renders them (same helper), to check they leave room to answer:
+        # a model with learned positions cannot read past its context (it raises deep inside generate).
+        template = None if getattr(tokenizer, "chat_template", None) else DEFAULT_CHAT_TEMPLATE
+        longest = int(_left_padded_prompts(tokenizer, items, template, tokenizer.pad_token_id)[0].shape[1])
+        if longest >= ctx:
+            raise EngineError(
+                f"The date task's prompts take up to {longest} tokens with this tokenizer, but this model's context holds "
+                f"only {ctx}: it cannot be scored on this task."
+            )
+        max_new_tokens = min(max_new_tokens, ctx - longest)
     _protect_4bit(loaded)  # evaluate_task leaves this to its caller (see its docstring)
-    return evaluate_task(loaded.model, loaded.tokenizer, items, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    return evaluate_task(loaded.model, tokenizer, items, max_new_tokens=max_new_tokens, batch_size=batch_size)
 
 
 def compare_models(loaded_a: LoadedModel, loaded_b: LoadedModel, fn: Callable[[LoadedModel], T]) -> tuple[T, T]:

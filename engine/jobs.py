@@ -149,6 +149,27 @@ class JobManager:
             self._launch(summary.path, resume=True)
             return name
 
+    def retry_smaller_batch(self, name: str) -> str:
+        """After an out-of-memory failure: a new run with half the micro batch and twice the accumulation
+        (the same effective batch, so the same training recipe), named after the failed one."""
+        import dataclasses
+
+        from .runs import load_config
+
+        summary = self.status(name)
+        if summary.state != "failed" or summary.error_kind != "oom":
+            raise JobError(f"Run '{name}' did not run out of memory; this retry is only for out-of-memory failures.")
+        cfg = load_config(summary.path / "config.yaml")
+        if cfg.micro_batch_size == 1:
+            raise JobError("The micro batch is already 1: enable gradient checkpointing, use QLoRA or an 8-bit optimizer, or shorten the sequence length.")
+        base = f"{name}-mb{cfg.micro_batch_size // 2}"
+        new_name, i = base, 1
+        while (self.runs_dir / new_name).exists():
+            i += 1
+            new_name = f"{base}-{i}"
+        retry = dataclasses.replace(cfg, micro_batch_size=cfg.micro_batch_size // 2, grad_accum=cfg.grad_accum * 2, run_name=new_name)
+        return self.start(retry)
+
     def _launch(self, run_dir: Path, *, resume: bool) -> None:
         cmd = [self.python, "-m", "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
         if resume:

@@ -231,6 +231,7 @@ class RunSummary:
     measured_gib: float | None = None
     output: str | None = None  # "adapter" | "model" when finished
     error: str | None = None
+    error_kind: str | None = None  # "oom" | "engine" | "crash"
     resumable: bool = False
     started: float | None = None
     losses: list[dict[str, Any]] = field(default_factory=list)
@@ -291,6 +292,7 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
             summary.measured_gib = terminal.get("peak_gib", summary.measured_gib)
         if t == "error":
             summary.error = terminal.get("message")
+            summary.error_kind = terminal.get("kind")
         if summary.started:
             summary.duration_s = round(terminal["time"] - summary.started, 1)
     elif events:

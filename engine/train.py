@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .callbacks import EventsCallback, StopFileCallback
+from .callbacks import EventsCallback, StopAtLossCallback, StopFileCallback
 from .config import LoraSettings, QuantSettings, TrainConfig
 from .device import DeviceInfo, detect_device, peak_memory_gib, reset_peak, resolve_dtype
 from .errors import ConfigError, EngineError, JobError
@@ -317,7 +317,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         eval_dataset=eval_ds or None,
         data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100, pad_to_multiple_of=8),
         processing_class=tokenizer,
-        callbacks=[events_cb, stop_cb],
+        callbacks=[events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events)],
     )
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     peak = max(events_cb.peak_gib, peak_memory_gib(device) or 0.0)

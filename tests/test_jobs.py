@@ -71,3 +71,21 @@ def test_failed_run_reports_error(runs_dir):
     _wait(lambda: jobs.status(name).state != "running", 120, "the run to fail")
     s = jobs.status(name)
     assert s.state == "failed" and "missing.jsonl" in (s.error or "")
+
+
+def test_oom_retry_halves_micro_batch_and_keeps_effective_batch(runs_dir):
+    from engine.runs import EventLog, load_config, save_config
+
+    jobs = JobManager(runs_dir)
+    run_dir = runs_dir / "t-oom"
+    run_dir.mkdir()
+    save_config(run_dir, _cfg("t-oom", 2, micro_batch_size=8, grad_accum=2))
+    EventLog(run_dir / "events.jsonl").write("start")
+    EventLog(run_dir / "events.jsonl").write("error", kind="oom", message="Out of memory.")
+    assert jobs.status("t-oom").error_kind == "oom"
+    new = jobs.retry_smaller_batch("t-oom")
+    cfg = load_config(runs_dir / new / "config.yaml")
+    assert (cfg.micro_batch_size, cfg.grad_accum) == (4, 4)
+    _wait(lambda: jobs.status(new).state != "running", 240, "the retry")
+    with pytest.raises(JobError, match="did not run out of memory"):
+        jobs.retry_smaller_batch(new)

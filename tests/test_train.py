@@ -76,3 +76,11 @@ def test_stop_file_saves_and_resume_finishes(runs_dir):
     assert done["type"] == "done" and done["steps"] == 6
     starts = [e for e in read_events(run_dir) if e["type"] == "start"]
     assert starts[-1]["resumed_from"] == "checkpoint-2"
+
+
+def test_stop_at_loss_finishes_early_and_saves(runs_dir):
+    cfg = TrainConfig(method="full", base_model="builtin:compact-mini", dataset="builtin:dates", run_name="t-stoploss", stop_at_loss=50.0,
+                      **{**FAST, "max_steps": 20})
+    done = run_training(cfg, runs_dir / cfg.run_name, runs_dir=runs_dir)
+    assert done["type"] == "done" and done["steps"] == 1  # the first logged loss (< 50) ends the run
+    assert (runs_dir / cfg.run_name / "model" / "config.json").exists()
