@@ -252,6 +252,13 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
             main = make_inputs(TrainConfig, only=FT_MAIN, values=FT_DEFAULTS)
             main["base_model"] = main["base_model"]  # (kept for symmetry; choices set below)
             upload = gr.File(label="…or upload a dataset (.jsonl .json .csv .txt .parquet)", file_types=[".jsonl", ".json", ".csv", ".txt", ".parquet"])
+            with gr.Accordion("Data preview & validation", open=False):
+                inspect_btn = gr.Button("Check the data", size="sm")
+                data_summary = gr.Markdown()
+                data_preview = gr.Dataframe(headers=["row", "as the model sees it (⟦trained⟧)", "tokens", "trained tokens"], interactive=False,
+                                            wrap=True, label="First rows")
+                data_hist = gr.BarPlot(x="tokens", y="rows", title="Token lengths", height=200, show_label=False, sort=None)
+                data_dropped = gr.Dataframe(headers=["row", "why it was dropped"], interactive=False, label="Dropped rows")
             with gr.Accordion("Training", open=False):
                 train = make_inputs(TrainConfig, only=FT_TRAIN, values=FT_DEFAULTS)
             with gr.Accordion("LoRA / quantization", open=False):
@@ -356,6 +363,15 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         return name
 
     @ui_errors
+    def on_inspect(upload_path, *vals):
+        from engine.inspect_data import inspect_dataset
+
+        ins = inspect_dataset(config_of(upload_path, *vals), jobs.runs_dir)
+        rows = [[p["row"], p["text"], p["n_tokens"], p["n_trainable"]] for p in ins.preview]
+        hist = pd.DataFrame(ins.histogram, columns=["tokens", "rows"])
+        return ins.summary, rows, hist, ins.dropped or []
+
+    @ui_errors
     def on_retry(name):
         if not name:
             raise gr.Error("Pick the run that ran out of memory.")
@@ -408,6 +424,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
     resume.click(on_resume, [run_pick], [watched], api_name="resume_training", concurrency_limit=1, concurrency_id="jobs")
     delete.click(on_delete, [run_pick], [watched, run_pick, history], api_name="delete_run")
     retry.click(on_retry, [run_pick], [watched, run_pick], api_name="retry_oom", concurrency_limit=1, concurrency_id="jobs")
+    inspect_btn.click(on_inspect, form_inputs, [data_summary, data_preview, data_hist, data_dropped], api_name="inspect_data")
     run_pick.input(lambda n: n, [run_pick], [watched], queue=False)
     zip_btn.click(on_zip, [run_pick], [download], api_name="download_run")
     merge_btn.click(on_merge, [run_pick], None, api_name="merge_adapter", concurrency_limit=1, concurrency_id="gpu")

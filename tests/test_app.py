@@ -114,3 +114,15 @@ def test_form_shows_live_memory_prediction(client):
     assert "does not fit" in text
     text = client.predict(None, *_defaults(TrainConfig, FT_NAMES, {"precision": "fp16"}), api_name="/predict_memory")
     assert "⚠" in text and "precision" in text  # fp16 training on a CPU is refused with the field named
+
+
+def test_data_preview_marks_trained_tokens_and_reports_drops(client, tmp_path):
+    summary, rows, _hist, dropped = client.predict(None, *_defaults(TrainConfig, FT_NAMES), api_name="/inspect_data")
+    assert "rows kept" in summary and "responses only" in summary
+    data = rows["data"] if isinstance(rows, dict) else rows
+    assert "⟦" in data[0][1] and data[0][3] > 0
+    bad = tmp_path / "mixed.jsonl"
+    bad.write_text('{"instruction": "Diga oi", "output": "Oi!"}\n{"instruction": "vazio", "output": ""}\n')
+    summary, _rows, _hist, dropped = client.predict(handle_file(str(bad)), *_defaults(TrainConfig, FT_NAMES), api_name="/inspect_data")
+    drops = dropped["data"] if isinstance(dropped, dict) else dropped
+    assert drops and drops[0][0] == 2

@@ -23,7 +23,7 @@ from engine.tasks import TaskScore
 
 SHORT = "what color is the sky ? the sky is blue and the sun is bright ."
 MEDIUM = " ".join(f"{q} ? {a} ." for q, a in EXCHANGES[:3])
-LONG = " ".join(f"{q} ? {a} ." for q, a in EXCHANGES) * 3  # ~440 tokens: many 64-token windows
+LONG = " ".join(f"{q} ? {a} ." for q, a in EXCHANGES) * 2  # ~290 tokens: several 64-token windows
 
 
 @pytest.fixture(scope="module")
