@@ -17,6 +17,7 @@ import hashlib
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,12 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
         else:
             comps[name] = gr.Textbox(**common)
     return comps
+
+
+def getattr_dotted(obj: Any, name: str) -> Any:
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def ui_errors(fn):
@@ -512,6 +519,11 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
             model_info = gr.Markdown(elem_id="playground-model-info")
             mode = gr.Radio(choices=["chat", "completion"], value="chat", label="Mode", info="chat: the model's chat template; completion: raw text continuation.")
             system = gr.Textbox(label="System prompt (chat)", lines=2)
+            from engine.generate import generation_presets
+
+            presets = generation_presets()
+            preset = gr.Radio(choices=list(presets), value=None, label="Decoding preset",
+                              info=" · ".join(f"{k}: {v['description']}" for k, v in presets.items()))
             gen = make_inputs(GenerationSettings)
         with gr.Column(scale=3):
             with gr.Tabs():
@@ -539,6 +551,30 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
                         with gr.Column():
                             out_b = gr.Textbox(label="Model B", lines=8)
                             stats_b = gr.Markdown()
+                with gr.Tab("Batch"):
+                    gr.Markdown("Many prompts, generated in memory-safe micro-batches (halved automatically after an out-of-memory).")
+                    batch_text = gr.Textbox(label="Prompts, one per line", lines=6)
+                    batch_file = gr.File(label="…or a .txt / .jsonl / .csv file (column prompt, instruction or text)", file_types=[".txt", ".jsonl", ".csv"])
+                    batch_size = gr.Slider(1, 64, value=8, step=1, label="Micro batch")
+                    with gr.Row():
+                        batch_btn = gr.Button("Generate all", variant="primary")
+                        batch_stop = gr.Button("Stop")
+                    batch_status = gr.Markdown()
+                    batch_table = gr.Dataframe(headers=["#", "prompt", "output", "tokens", "seconds"], interactive=False, wrap=True)
+                    batch_csv = gr.File(label="Results (CSV)", visible=False)
+                with gr.Tab("Evaluate"):
+                    gr.Markdown("Perplexity with a sliding window (for texts longer than the context) and the built-in date task's accuracy, "
+                                "for one model or two (A = left, B = the Compare tab's Model B).")
+                    eval_text = gr.Textbox(label="Text (empty: use the dataset below)", lines=4)
+                    eval_data = gr.Dropdown(choices=list(BUILTIN_DATASETS), value="builtin:corpus", label="…or a built-in dataset")
+                    with gr.Row():
+                        eval_window = gr.Number(value=0, precision=0, label="Window (0 = the model's context)")
+                        eval_stride = gr.Number(value=0, precision=0, label="Stride (0 = window / 2)")
+                        eval_both = gr.Checkbox(value=False, label="Also model B")
+                    with gr.Row():
+                        ppl_btn = gr.Button("Perplexity", variant="primary")
+                        acc_btn = gr.Button("Date-task accuracy")
+                    eval_out = gr.Dataframe(headers=["model", "metric", "value", "details"], interactive=False, wrap=True)
     gen_names = list(gen)
 
     def load(ref_v: str, quant_mode: str) -> Any:
@@ -607,6 +643,46 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
                 texts[side], lines[side] = upd.text, _stats_line(upd)
                 yield texts[0], lines[0], texts[1], lines[1]
 
+    def on_preset(name, *gen_vals):
+        from engine.generate import apply_preset
+
+        new = apply_preset(name, settings_of(gen_vals))
+        return [gr.update(value=getattr_dotted(new, n)) for n in gen_names]
+
+    @ui_errors_gen
+    def on_batch(request: gr.Request, ref_v, quant_mode, mode_v, text_v, file_v, micro, *gen_vals):
+        from engine.batch import batch_generate, parse_prompts, write_csv
+
+        prompts = parse_prompts(text_v or None, file_v)
+        loaded = load(ref_v, quant_mode)
+        stop_ev = signals.fresh(request.session_hash or "")
+        rows: list = []
+        for prog in batch_generate(loaded, prompts, settings_of(gen_vals), chat=mode_v == "chat", micro_batch=int(micro), stop_event=stop_ev):
+            rows = [[r.index + 1, r.prompt, r.output, r.tokens, round(r.seconds, 2)] for r in prog.rows]
+            line = f"{prog.done}/{prog.total} prompts · micro batch {prog.micro_batch} · {prog.elapsed:.1f}s" + ("".join(f" · {n}" for n in prog.notes))
+            if prog.finished or prog.stopped:
+                out = jobs.runs_dir / "_exports" / f"batch-{int(time.time())}.csv"
+                write_csv(prog.rows, out)
+                yield line + (" · stopped" if prog.stopped else " · done"), rows, gr.update(value=str(out), visible=True)
+            else:
+                yield line, rows, gr.skip()
+
+    @ui_errors
+    def on_eval(kind, ref_a, ref_b, quant_mode, both, text_v, data_v, window, stride):
+        from engine.evaluate import dataset_perplexity, perplexity, task_accuracy
+
+        out = []
+        for ref in [ref_a] + ([ref_b] if both else []):
+            loaded = load(ref, quant_mode)
+            if kind == "ppl":
+                kw = {"window": int(window) or None, "stride": int(stride) or None}
+                res = perplexity(loaded, [text_v], **kw) if (text_v or "").strip() else dataset_perplexity(loaded, data_v, **kw)
+                out.append([ref, "perplexity", round(res.ppl, 3), res.summary()])
+            else:
+                score = task_accuracy(loaded)
+                out.append([ref, "date-task accuracy", round(score.accuracy, 3), score.summary()])
+        return out
+
     def on_stop(request: gr.Request) -> None:
         signals.stop(request.session_hash or "")
 
@@ -626,6 +702,13 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
     cmp_stop.click(on_stop, None, None, queue=False)
     refresh.click(lambda: (gr.update(choices=_playground_models(jobs)), gr.update(choices=_playground_models(jobs))), None, [model, model_b], queue=False)
     unload.click(on_unload, None, [model_info], api_name="unload_models")
+    preset.input(on_preset, [preset, *gen.values()], list(gen.values()), queue=False)
+    batch_btn.click(on_batch, [model, quant, mode, batch_text, batch_file, batch_size, *gen.values()], [batch_status, batch_table, batch_csv],
+                    api_name="batch_generate", concurrency_limit=1, concurrency_id="gpu")
+    batch_stop.click(on_stop, None, None, queue=False)
+    eval_inputs = [model, model_b, quant, eval_both, eval_text, eval_data, eval_window, eval_stride]
+    ppl_btn.click(functools.partial(on_eval, "ppl"), eval_inputs, [eval_out], api_name="perplexity", concurrency_limit=1, concurrency_id="gpu")
+    acc_btn.click(functools.partial(on_eval, "acc"), eval_inputs, [eval_out], api_name="task_accuracy", concurrency_limit=1, concurrency_id="gpu")
     del ev, ev2
     return {"model": model, "model_b": model_b}
 

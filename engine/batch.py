@@ -244,6 +244,8 @@ def batch_generate(
         raise GenerationError("There are no prompts to generate for.")
     if len(prompts) > MAX_PROMPTS:
         raise GenerationError(f"{len(prompts)} prompts is more than the limit of {MAX_PROMPTS} per batch.")
+    if isinstance(micro_batch, float) and micro_batch.is_integer():
+        micro_batch = int(micro_batch)  # a UI number field may deliver 8.0
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or not 1 <= micro_batch <= MAX_MICRO_BATCH:
         raise EngineError(f"micro_batch = {micro_batch!r} is not allowed: use 1 to {MAX_MICRO_BATCH}.")
     model, tokenizer = loaded.model, loaded.tokenizer

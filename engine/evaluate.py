@@ -20,6 +20,7 @@ loaded as inference-only (`LoadedModel.cpu_repack_allowed`), repacking is switch
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -71,7 +72,13 @@ def _protect_4bit(loaded: LoadedModel) -> int:
     return disable_cpu_repack(loaded.model)
 
 
+def _whole(value: Any) -> Any:
+    """64.0 -> 64 (a UI number field may deliver floats); anything else unchanged, for the checks to report."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _resolve_window(loaded: LoadedModel, window: int | None, stride: int | None) -> tuple[int, int, list[str]]:
+    window, stride = _whole(window), _whole(stride)
     notes: list[str] = []
     ctx = loaded.context_length
     if window is None:
@@ -91,8 +98,21 @@ def _resolve_window(loaded: LoadedModel, window: int | None, stride: int | None)
     return window, stride, notes
 
 
-def _score_text(model: Any, ids: torch.Tensor, window: int, stride: int, device: torch.device) -> tuple[float, int, int]:
-    """(summed nll, tokens scored, windows) of one text's token ids (1-D) with the sliding window."""
+def _accepts_logits_to_keep(model: Any) -> bool:
+    """Whether the model's forward takes `logits_to_keep` (transformers models do; old remote code may not)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft forwards **kwargs
+    try:
+        return "logits_to_keep" in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _score_text(model: Any, ids: torch.Tensor, window: int, stride: int, device: torch.device, keep: bool) -> tuple[float, int, int]:
+    """(summed nll, tokens scored, windows) of one text's token ids (1-D) with the sliding window.
+
+    keep: ask the model for the scored rows' logits only (`logits_to_keep`): with stride = window / 2 that
+    halves the largest tensor of the pass (positions x vocabulary, often upcast to fp32).
+    """
     n = int(ids.numel())
     nll_sum, scored, windows, prev_end = 0.0, 0, 0, 0
     for begin in range(0, n, stride):
@@ -102,9 +122,11 @@ def _score_text(model: Any, ids: torch.Tensor, window: int, stride: int, device:
         first = max(prev_end, begin + 1)
         if first < end:
             chunk = ids[begin:end].unsqueeze(0).to(device)  # (1, L)
-            logits = model(input_ids=chunk, attention_mask=torch.ones_like(chunk), use_cache=False).logits  # (1, L, V)
-            # The logits at local position j predict token j + 1: keep only the rows that predict targets.
-            pred = logits[0, first - begin - 1 : end - begin - 1].float()  # (targets, V)
+            extra = {"logits_to_keep": end - first + 1} if keep else {}
+            logits = model(input_ids=chunk, attention_mask=torch.ones_like(chunk), use_cache=False, **extra).logits  # (1, K, V)
+            # The logits at position j predict token j + 1: the rows for positions first-1 .. end-2 (the last K-1
+            # of the K kept, or of the whole window).
+            pred = logits[0, -(end - first + 1) : -1].float()  # (targets, V)
             target = chunk[0, first - begin : end - begin]  # (targets,)
             nll_sum += float(torch.nn.functional.cross_entropy(pred, target, reduction="sum"))
             scored += end - first
@@ -133,6 +155,7 @@ def perplexity(loaded: LoadedModel, texts: Sequence[str], *, window: int | None 
     model, tokenizer = loaded.model, loaded.tokenizer
     _protect_4bit(loaded)
     device = next(model.parameters()).device
+    keep = _accepts_logits_to_keep(model)
     nll_sum, tokens, windows, used, skipped = 0.0, 0, 0, 0, 0
     was_training = model.training
     model.eval()  # no dropout: perplexity is a property of the weights, not of a random mask
@@ -144,7 +167,7 @@ def perplexity(loaded: LoadedModel, texts: Sequence[str], *, window: int | None 
                 if ids.numel() < 2:
                     skipped += 1
                     continue
-                s, k, w = _score_text(model, ids, window, stride, device)
+                s, k, w = _score_text(model, ids, window, stride, device, keep)
                 nll_sum, tokens, windows, used = nll_sum + s, tokens + k, windows + w, used + 1
     finally:
         if was_training:
@@ -174,6 +197,7 @@ def dataset_perplexity(loaded: LoadedModel, source: str, *, max_rows: int = 200,
     (`record_texts`). `kw` goes to `perplexity` (window, stride)."""
     from .data import load_records, record_texts
 
+    max_rows = _whole(max_rows)
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or not 1 <= max_rows <= MAX_DATASET_ROWS:
         raise EngineError(f"max_rows = {max_rows!r} is not allowed: use 1 to {MAX_DATASET_ROWS}.")
     records = load_records(source)

@@ -19,12 +19,15 @@ tokenizer and ``onnx_info.json``; it is written under a temporary name and renam
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import json
+import logging
 import shutil
 import time
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +90,23 @@ def _exportable(model: Any) -> torch.nn.Module:
     return model.eval()
 
 
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence the exporter's chatter for the duration of one export: it warns that torchvision ops are not
+    registered, that dynamic axis names were merged, and about deprecations inside torch itself, none of which
+    the user can act on. Failures still raise."""
+    logger = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            for category in (UserWarning, FutureWarning, DeprecationWarning):
+                warnings.simplefilter("ignore", category)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def _cpu() -> Any:
     from .device import DeviceInfo
 
@@ -146,18 +166,19 @@ def export_onnx(
     try:
         t0 = time.perf_counter()
         try:
-            torch.onnx.export(
-                _LogitsOnly(model).eval(),
-                (example, torch.ones_like(example)),
-                str(tmp / ONNX_FILE),
-                dynamo=True,
-                input_names=list(INPUT_NAMES),
-                output_names=["logits"],
-                dynamic_shapes={"input_ids": dims, "attention_mask": dims},
-                opset_version=opset,
-                external_data=True,  # weights in model.onnx.data: no 2 GB protobuf limit
-                verbose=False,
-            )
+            with _quiet_exporter():
+                torch.onnx.export(
+                    _LogitsOnly(model).eval(),
+                    (example, torch.ones_like(example)),
+                    str(tmp / ONNX_FILE),
+                    dynamo=True,
+                    input_names=list(INPUT_NAMES),
+                    output_names=["logits"],
+                    dynamic_shapes={"input_ids": dims, "attention_mask": dims},
+                    opset_version=opset,
+                    external_data=True,  # weights in model.onnx.data: no 2 GB protobuf limit
+                    verbose=False,
+                )
         except Exception as exc:  # torch.export / onnxscript raise many types; all mean "this graph did not export"
             raise EngineError(f"ONNX export failed for {loaded.ref}: {type(exc).__name__}: {str(exc)[:800]}") from exc
         seconds = time.perf_counter() - t0

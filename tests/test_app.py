@@ -126,3 +126,21 @@ def test_data_preview_marks_trained_tokens_and_reports_drops(client, tmp_path):
     summary, _rows, _hist, dropped = client.predict(handle_file(str(bad)), *_defaults(TrainConfig, FT_NAMES), api_name="/inspect_data")
     drops = dropped["data"] if isinstance(dropped, dict) else dropped
     assert drops and drops[0][0] == 2
+
+
+def test_batch_evaluate_and_presets(client, tmp_path):
+    gen = _defaults(GenerationSettings, GEN_NAMES, {"max_new_tokens": 5, "do_sample": False})
+    status, table, csv = client.predict("builtin:compact-mini", "none", "chat", "Olá\nHello\nBom dia", None, 2, *gen, api_name="/batch_generate")
+    rows = table["data"] if isinstance(table, dict) else table
+    assert "3/3" in status and [r[1] for r in rows] == ["Olá", "Hello", "Bom dia"]
+    path = csv["value"] if isinstance(csv, dict) else csv
+    assert str(path).endswith(".csv")
+    with pytest.raises(Exception, match="prompt"):
+        client.predict("builtin:compact-mini", "none", "chat", "", None, 2, *gen, api_name="/batch_generate")
+    out = client.predict("builtin:compact-mini", "builtin:compact-mini", "none", False, "A memória da GPU é limitada. " * 40, "builtin:corpus",
+                         32, 16, api_name="/perplexity")
+    rows = out["data"] if isinstance(out, dict) else out
+    assert rows[0][1] == "perplexity" and rows[0][2] > 1
+    out = client.predict("builtin:compact-mini", "builtin:compact-mini", "none", True, "", "builtin:corpus", 0, 0, api_name="/task_accuracy")
+    rows = out["data"] if isinstance(out, dict) else out
+    assert len(rows) == 2 and 0 <= rows[0][2] <= 1

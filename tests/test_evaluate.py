@@ -78,7 +78,9 @@ def test_one_window_equals_exp_of_the_model_loss(loaded):
 
 
 @pytest.mark.parametrize(
-    "text,window,stride", [(LONG, 64, 32), (LONG, 64, 64), (LONG, 16, 12), (MEDIUM, 16, 5), (SHORT, 3, 1), (SHORT, 2, 2)]
+    "text,window,stride",
+    [(LONG, 64, 32), (LONG, 64, 64), (MEDIUM, 16, 12), (MEDIUM, 16, 5), (SHORT, 3, 1), (SHORT, 2, 2)],
+    ids=["long-64-32", "long-64-64", "medium-16-12", "medium-16-5", "short-3-1", "short-2-2"],
 )
 def test_sliding_window_equals_the_hf_guide(loaded, text, window, stride):
     n = ids_of(loaded, text).size(1)
@@ -90,6 +92,17 @@ def test_sliding_window_equals_the_hf_guide(loaded, text, window, stride):
         assert result.tokens == n - 1  # every token but the first, once
         assert result.windows == math.ceil((n - window) / stride) + 1
     assert result.nll == pytest.approx(expected_nll, rel=1e-4)
+
+
+def test_models_without_logits_to_keep_give_the_same_result(loaded, monkeypatch):
+    import engine.evaluate as evaluate
+
+    assert evaluate._accepts_logits_to_keep(loaded.model)
+    kept = perplexity(loaded, [MEDIUM], window=16, stride=5)
+    monkeypatch.setattr(evaluate, "_accepts_logits_to_keep", lambda model: False)
+    full = perplexity(loaded, [MEDIUM], window=16.0, stride=5.0)  # whole floats, as a UI number field sends them
+    assert (full.tokens, full.windows) == (kept.tokens, kept.windows)
+    assert full.nll == pytest.approx(kept.nll, rel=1e-6)
 
 
 def test_sliding_window_is_close_to_the_full_context_result(loaded):

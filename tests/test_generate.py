@@ -11,7 +11,15 @@ from test_loaders import CPU, tiny_model_dir
 
 from engine.config import GenerationSettings, QuantSettings
 from engine.errors import GenerationError
-from engine.generate import _end_token_ids, flatten_content, generate_text, stream_generate
+from engine.generate import (
+    _end_token_ids,
+    apply_preset,
+    flatten_content,
+    generate_text,
+    generation_presets,
+    merged_stop_strings,
+    stream_generate,
+)
 from engine.loaders import LoadedModel, load_model
 
 GREEDY = GenerationSettings(max_new_tokens=40, do_sample=False, repetition_penalty=1.0)
@@ -178,3 +186,119 @@ def test_generation_on_a_4bit_model_keeps_the_weights_unpacked(tiny_dir):
     text = generate_text(q, "what color is the sky", GREEDY)
     assert text  # the answer may differ a little from the fp32 model's
     assert count_repacked(q.model) == 0
+
+
+# --- sampling controls, stop strings from the settings, presets ----------------------------------------
+
+
+def _recording_generate(loaded, monkeypatch) -> list[dict]:
+    """Wrap model.generate so a test sees the kwargs it got and the sequences it returned."""
+    real = loaded.model.generate
+    calls: list[dict] = []
+
+    def generate(**kwargs):
+        out = real(**kwargs)
+        calls.append({**kwargs, "sequences": out})
+        return out
+
+    monkeypatch.setattr(loaded.model, "generate", generate)
+    return calls
+
+
+def _repeated_ngrams(ids: list[int], n: int) -> int:
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    return len(grams) - len(set(grams))
+
+
+def test_no_repeat_ngram_size_prevents_repeats(loaded, monkeypatch):
+    calls = _recording_generate(loaded, monkeypatch)
+    plain = GenerationSettings(max_new_tokens=30, do_sample=False, repetition_penalty=1.0)
+    generate_text(loaded, "cats like", plain, chat=False)
+    assert _repeated_ngrams(calls[-1]["sequences"][0].tolist(), 2) > 3  # greedy alone loops ("atsatsats...")
+    assert "no_repeat_ngram_size" not in calls[-1]  # 0 = off: not passed at all
+    guarded = GenerationSettings(max_new_tokens=30, do_sample=False, repetition_penalty=1.0, no_repeat_ngram_size=2)
+    generate_text(loaded, "cats like", guarded, chat=False)
+    assert calls[-1]["no_repeat_ngram_size"] == 2
+    assert _repeated_ngrams(calls[-1]["sequences"][0].tolist(), 2) == 0  # prompt included, as HF applies it
+
+
+def test_min_p_is_passed_only_when_sampling(loaded, monkeypatch):
+    calls = _recording_generate(loaded, monkeypatch)
+    generate_text(loaded, "say hello", GenerationSettings(max_new_tokens=4, do_sample=True, min_p=0.1, seed=1))
+    assert calls[-1]["min_p"] == 0.1 and calls[-1]["do_sample"] is True
+    generate_text(loaded, "say hello", GenerationSettings(max_new_tokens=4, do_sample=False, min_p=0.1))
+    assert "min_p" not in calls[-1] and "temperature" not in calls[-1]
+    generate_text(loaded, "say hello", GenerationSettings(max_new_tokens=4, do_sample=True, min_p=0.0, seed=1))
+    assert "min_p" not in calls[-1]
+    # min_p = 1 keeps only the most likely token: sampling becomes greedy
+    certain = GenerationSettings(max_new_tokens=40, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, min_p=1.0, repetition_penalty=1.0)
+    assert generate_text(loaded, "what color is the sky", certain) == generate_text(loaded, "what color is the sky", GREEDY)
+
+
+def test_stop_strings_from_the_settings_end_generation(loaded, monkeypatch):
+    settings = GenerationSettings(max_new_tokens=40, do_sample=False, repetition_penalty=1.0, stop_strings="nothing-like-this\nblue")
+    final = list(stream_generate(loaded, "what color is the sky", settings))[-1]
+    assert final.text == "the sky is blue" and final.finish_reason == "stopped"
+    calls = _recording_generate(loaded, monkeypatch)
+    list(stream_generate(loaded, "what color is the sky", settings, stop_strings=["sun", "blue"]))
+    assert calls[-1]["stop_strings"] == ["nothing-like-this", "blue", "sun"]  # merged, without duplicates
+    generate_text(loaded, "say hello", GREEDY)
+    assert "stop_strings" not in calls[-1] and "tokenizer" not in calls[-1]
+
+
+def test_stop_strings_escapes_and_list_input():
+    assert GenerationSettings(stop_strings="  ###  \n\n\\n\\n\nUser:\n###").stop_list() == ["###", "\n\n", "User:"]
+    assert merged_stop_strings(GenerationSettings(stop_strings="a"), ["", "b", "a"]) == ["a", "b"]
+    as_list = GenerationSettings(stop_strings=["a", "b"])
+    assert as_list.stop_strings == "a\nb" and as_list.stop_list() == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "values,fragment",
+    [
+        ({"min_p": -0.1}, "min_p"),
+        ({"min_p": 1.5}, "<= 1.0"),
+        ({"no_repeat_ngram_size": 21}, "<= 20"),
+        ({"no_repeat_ngram_size": -1}, ">= 0"),
+        ({"no_repeat_ngram_size": 2.5}, "whole number"),
+        ({"stop_strings": "\n".join(f"s{i}" for i in range(9))}, "at most 8 stop strings"),
+        ({"stop_strings": "ok\n" + "x" * 101}, "at most 100 characters"),
+    ],
+)
+def test_new_generation_fields_are_validated(values, fragment):
+    from engine.config import from_dict
+    from engine.errors import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        from_dict(GenerationSettings, values)
+    assert next(iter(values)) in str(exc.value) and fragment in str(exc.value)
+    ok = GenerationSettings(min_p=1.0, no_repeat_ngram_size=20, stop_strings="\n".join(f"s{i}" for i in range(7)) + "\n" + "y" * 100)
+    assert len(ok.stop_list()) == 8  # the limits themselves are allowed
+
+
+def test_presets_file_has_the_three_presets():
+    presets = generation_presets()
+    assert list(presets) == ["precise", "balanced", "creative"]
+    presets["precise"]["settings"]["do_sample"] = True  # a copy: the next caller is not affected
+    assert generation_presets()["precise"]["settings"]["do_sample"] is False
+
+
+@pytest.mark.parametrize("name", ["precise", "balanced", "creative"])
+def test_each_preset_loads_applies_and_generates(loaded, name):
+    preset = generation_presets()[name]
+    assert preset["description"] and "\n" not in preset["description"]
+    mine = GenerationSettings(max_new_tokens=6, seed=5, stop_strings="###", temperature=0.3)
+    applied = apply_preset(name, mine)
+    for key, value in preset["settings"].items():
+        assert getattr(applied, key) == value
+    # fields the preset does not name keep the form's values
+    assert (applied.max_new_tokens, applied.seed, applied.stop_strings) == (6, 5, "###")
+    assert apply_preset(name) == apply_preset(name, GenerationSettings())
+    assert isinstance(generate_text(loaded, "say hello", applied), str)
+
+
+def test_unknown_preset_is_a_clear_error():
+    from engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="preset = 'wild'.*one of precise, balanced, creative"):
+        apply_preset("wild")
