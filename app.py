@@ -189,7 +189,8 @@ FT_MAIN = ["method", "base_model", "dataset"]
 FT_TRAIN = ["max_steps", "epochs", "learning_rate", "lr_scheduler", "warmup_ratio", "micro_batch_size", "grad_accum", "max_seq_len",
             "precision", "grad_checkpointing", "optimizer", "weight_decay", "max_grad_norm", "seed", "eval_fraction", "train_on_prompt",
             "stop_at_loss"]
-FT_LORA = ["lora.r", "lora.alpha", "lora.dropout", "lora.targets", "quant.quant_type", "quant.double_quant", "quant.compute_dtype"]
+FT_LORA = ["lora.r", "lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.use_dora", "quant.mode", "quant.quant_type",
+           "quant.double_quant", "quant.compute_dtype"]
 FT_RUN = ["logging_steps", "save_steps", "save_total_limit", "run_name", "trust_remote_code"]
 # The offline first run: fully fine-tune the built-in compact model on the scored date task. Measured on a 2-core CPU:
 # ~2.5 min, date accuracy 0% -> 73% (LoRA on a 2M-parameter model needs several times more steps for the same skill).
@@ -303,7 +304,9 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         values = dict(zip(names, vals, strict=True))
         if upload_path:
             values["dataset"] = str(_keep_upload(upload_path, upload_dir))
-        values["quant.mode"] = "4bit" if values.get("method") == "qlora" else "none"
+        # qlora always loads the base in 4-bit; lora may use an 8-bit base; full/scratch train unquantized weights
+        method, mode = values.get("method"), values.get("quant.mode")
+        values["quant.mode"] = "4bit" if method == "qlora" else ("8bit" if method == "lora" and mode == "8bit" else "none")
         cfg = from_flat(TrainConfig, values)
         check_ui_train_config(cfg, jobs.runs_dir, upload_dir)
         return cfg

@@ -316,6 +316,8 @@ class LoraSettings:
         "Which linear layers get adapters: 'all-linear', 'attention' (q,k,v,o), or a comma-separated list of module names.",
         label="LoRA targets",
     )
+    use_rslora: bool = opt(False, "rsLoRA: scale the update by alpha / sqrt(r) instead of alpha / r (more stable at high ranks).", label="rsLoRA")
+    use_dora: bool = opt(False, "DoRA: learn a magnitude per output besides the LoRA direction (often better quality, ~20% slower).", label="DoRA")
 
     def __post_init__(self) -> None:
         validate(self)
@@ -372,7 +374,7 @@ class TrainConfig:
     train_on_prompt: bool = opt(False, "Also compute the loss on prompt tokens (default: responses only).", label="Train on prompt")
     stop_at_loss: float = opt(0.0, "Finish early (saving the model) once the logged training loss is at or below this value; 0 = off.",
                               min=0.0, max=100.0, label="Stop at loss")
-    quant: QuantSettings = opt(QuantSettings(mode="4bit"), "Quantization of the frozen base model (QLoRA).")
+    quant: QuantSettings = opt(QuantSettings(), "Quantization of the frozen base model: 4bit for qlora (set automatically), none or 8bit for lora.")
     lora: LoraSettings = opt(LoraSettings(), "LoRA adapter settings (qlora / lora).")
     trust_remote_code: bool = opt(False, "Run Python code shipped with a Hub model. Only for models you trust.", label="Trust remote code")
     run_name: str = opt("", "Name of the run folder; empty = generated from method and time.", label="Run name")
@@ -383,6 +385,14 @@ class TrainConfig:
             raise ConfigError("base_model", self.base_model, "a built-in name, run:NAME, a Hub id or a model folder")
         if not self.dataset.strip():
             raise ConfigError("dataset", self.dataset, "a built-in dataset name or an uploaded file")
+        if self.quant.mode == "int8-dynamic":
+            raise ConfigError("quant.mode", self.quant.mode, "none, 8bit or 4bit for training (int8-dynamic is for CPU inference only)")
+        if self.method == "qlora" and self.quant.mode != "4bit":
+            self.quant = dataclasses.replace(self.quant, mode="4bit")  # QLoRA is LoRA on a 4-bit base, by definition
+        if self.method in ("full", "scratch") and self.quant.mode != "none":
+            raise ConfigError("quant.mode", self.quant.mode, "none for full fine-tuning / from scratch (quantized weights cannot be trained; use qlora or lora)")
+        if self.method == "lora" and self.quant.mode == "4bit":
+            raise ConfigError("quant.mode", self.quant.mode, "none or 8bit with method 'lora' (LoRA on a 4-bit base is method 'qlora')")
         if self.method == "scratch" and not self.base_model.startswith("builtin:"):
             raise ConfigError("base_model", self.base_model, "a built-in compact preset (builtin:NAME) when method is 'scratch'")
         name = self.run_name.strip()

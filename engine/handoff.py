@@ -55,6 +55,8 @@ def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None) -> 
     """
     if cfg.method == "qlora":
         wp = cfg.quant.quant_type
+    elif cfg.method == "lora" and cfg.quant.mode == "8bit":
+        wp = "int8"
     elif cfg.method == "full" and dtype == "fp16":
         wp = "fp32"  # fp16 AMP keeps fp32 master weights
     else:

@@ -112,6 +112,8 @@ def _apply_lora(model: Any, lora: LoraSettings) -> Any:
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=_lora_targets(model, lora.targets),
+        use_rslora=lora.use_rslora,
+        use_dora=lora.use_dora,
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)
@@ -141,6 +143,8 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
     events.write("phase", phase=f"loading {cfg.base_model}")
     if cfg.method == "qlora":
         quant = dataclasses.replace(cfg.quant, mode="4bit") if cfg.quant.mode == "none" else cfg.quant
+    elif cfg.method == "lora" and cfg.quant.mode == "8bit":  # LoRA on an 8-bit (LLM.int8) base
+        quant = dataclasses.replace(cfg.quant, compute_dtype=cfg.precision)
     else:
         quant = QuantSettings(mode="none", compute_dtype=cfg.precision)
     # Full fine-tuning with fp16 AMP needs fp32 master weights; everything else loads in the compute dtype.
@@ -293,7 +297,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     if score_task:
         _task_score(model, tokenizer, events, "before")
 
-    if cfg.method == "qlora":
+    if cfg.method == "qlora" or (cfg.method == "lora" and cfg.quant.mode == "8bit"):
         from peft import prepare_model_for_kbit_training
 
         from .bnb_safety import prepare_for_training

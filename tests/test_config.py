@@ -75,3 +75,14 @@ def test_field_specs_cover_every_field_with_help():
 def test_scratch_needs_builtin_base():
     with pytest.raises(ConfigError, match="base_model"):
         TrainConfig(method="scratch", base_model="gpt2")
+
+
+def test_quantization_rules_for_training():
+    assert TrainConfig(method="qlora").quant.mode == "4bit"  # QLoRA is 4-bit by definition
+    assert TrainConfig(method="lora", quant=QuantSettings(mode="8bit")).quant.mode == "8bit"
+    with pytest.raises(ConfigError, match="quant.mode.*qlora"):
+        TrainConfig(method="lora", quant=QuantSettings(mode="4bit"))
+    with pytest.raises(ConfigError, match="quantized weights cannot be trained"):
+        TrainConfig(method="full", quant=QuantSettings(mode="8bit"))
+    with pytest.raises(ConfigError, match="CPU inference only"):
+        TrainConfig(method="lora", quant=QuantSettings(mode="int8-dynamic"))

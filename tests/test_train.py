@@ -84,3 +84,18 @@ def test_stop_at_loss_finishes_early_and_saves(runs_dir):
     done = run_training(cfg, runs_dir / cfg.run_name, runs_dir=runs_dir)
     assert done["type"] == "done" and done["steps"] == 1  # the first logged loss (< 50) ends the run
     assert (runs_dir / cfg.run_name / "model" / "config.json").exists()
+
+
+@pytest.mark.parametrize("extra", [{"quant": {"mode": "8bit"}}, {"lora": {"use_rslora": True, "use_dora": True, "r": 4}}],
+                         ids=["lora-on-8bit", "rslora-dora"])
+def test_lora_variants_train(extra, runs_dir):
+    from engine.config import from_dict
+
+    name = "t-" + ("8bit" if "quant" in extra else "dora")
+    cfg = from_dict(TrainConfig, {"method": "lora", "base_model": "builtin:compact-mini", "dataset": "builtin:dates", "run_name": name,
+                                  **FAST, "max_steps": 2, **extra})
+    done = run_training(cfg, runs_dir / name, runs_dir=runs_dir)
+    assert done["type"] == "done" and (runs_dir / name / "adapter").is_dir()
+    adapter_cfg = json.loads((runs_dir / name / "adapter" / "adapter_config.json").read_text())
+    if "lora" in extra:
+        assert adapter_cfg["use_dora"] and adapter_cfg["use_rslora"]
