@@ -277,8 +277,9 @@ class OnnxRunner:
 
 def _torch_greedy(model: Any, ids: torch.Tensor, max_new: int, eos: list[int], pad: int | None, use_cache: bool) -> list[int]:
     config = copy.deepcopy(model.generation_config)
-    # eos None (not []) is how generate is told "never stop early"; pad falls back to 0 then.
-    config.eos_token_id = eos or None
+    # "Never stop early": generate replaces eos None by the model's own eos, and min_new_tokens would mask eos
+    # (changing the greedy choice). An id past the vocabulary can never be produced, so it never stops on it.
+    config.eos_token_id = eos or [int(model.config.vocab_size)]
     config.pad_token_id = pad if pad is not None else (eos[0] if eos else 0)
     config.do_sample, config.max_new_tokens, config.use_cache = False, max_new, use_cache
     for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
