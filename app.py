@@ -578,6 +578,13 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
                         ppl_btn = gr.Button("Perplexity", variant="primary")
                         acc_btn = gr.Button("Date-task accuracy")
                     eval_out = gr.Dataframe(headers=["model", "metric", "value", "details"], interactive=False, wrap=True)
+                with gr.Tab("Export (ONNX)"):
+                    gr.Markdown("Export the model on the left (a compact model, a full/scratch run, or a merged run) to ONNX, run it with "
+                                "ONNX Runtime on the CPU, and compare it with PyTorch (needs `pip install -r requirements-onnx.txt`).")
+                    onnx_prompts = gr.Textbox(label="Test prompts, one per line", lines=3, value="A memória da GPU\nThe KV cache")
+                    onnx_btn = gr.Button("Export and compare", variant="primary")
+                    onnx_out = gr.Dataframe(headers=["check", "value"], interactive=False)
+                    onnx_file = gr.File(label="model.onnx", visible=False)
     gen_names = list(gen)
 
     def load(ref_v: str, quant_mode: str) -> Any:
@@ -686,6 +693,21 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
                 out.append([ref, "date-task accuracy", round(score.accuracy, 3), score.summary()])
         return out
 
+    @ui_errors
+    def on_onnx(ref_v, prompts_v):
+        from engine.onnx_export import compare_onnx, export_onnx
+
+        ref = check_ui_model_ref(ref_v, jobs.runs_dir)
+        loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir)
+        if getattr(loaded, "adapter", None):
+            raise gr.Error("This run is a LoRA adapter: merge it first (Fine-tune → Merge adapter), then export the merged model.")
+        out_dir = jobs.runs_dir / "_exports" / f"onnx-{ref.replace(':', '-').replace('/', '-')}"
+        path = export_onnx(loaded, out_dir, runs_dir=jobs.runs_dir)
+        prompts = [p for p in (prompts_v or "").splitlines() if p.strip()] or ["Hello"]
+        res = compare_onnx(loaded, path, prompts, no_cache_baseline=True)
+        rows = [[k, v if not isinstance(v, float) else round(v, 6)] for k, v in res.items() if not isinstance(v, (list, dict))]
+        return rows, gr.update(value=str(path), visible=True)
+
     def on_stop(request: gr.Request) -> None:
         signals.stop(request.session_hash or "")
 
@@ -706,6 +728,7 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
     refresh.click(lambda: (gr.update(choices=_playground_models(jobs)), gr.update(choices=_playground_models(jobs))), None, [model, model_b], queue=False)
     unload.click(on_unload, None, [model_info], api_name="unload_models")
     preset.input(on_preset, [preset, *gen.values()], list(gen.values()), queue=False)
+    onnx_btn.click(on_onnx, [model, onnx_prompts], [onnx_out, onnx_file], api_name="export_onnx", concurrency_limit=1, concurrency_id="gpu")
     batch_btn.click(on_batch, [model, quant, mode, batch_text, batch_file, batch_size, *gen.values()], [batch_status, batch_table, batch_csv],
                     api_name="batch_generate", concurrency_limit=1, concurrency_id="gpu")
     batch_stop.click(on_stop, None, None, queue=False)
@@ -771,9 +794,12 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["COMPACT_LAB_RUNS"] = args.runs_dir
     from engine.runs import default_runs_dir
 
-    demo = build_app(default_runs_dir())
+    runs_dir = default_runs_dir()
+    demo = build_app(runs_dir)
     demo.queue(default_concurrency_limit=1)
-    demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, theme=gr.themes.Soft())
+    exports = runs_dir / "_exports"  # zips, CSVs and ONNX files offered for download (and nothing else of the runs dir)
+    exports.mkdir(exist_ok=True)
+    demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), allowed_paths=[str(exports)])
 
 
 if __name__ == "__main__":

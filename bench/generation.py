@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -154,41 +155,60 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-def section_stream(models: dict[str, tuple[Path, str]], args: argparse.Namespace) -> dict[str, Any]:
+def _stream_times(loaded: Any, new: int, repeats: int) -> tuple[dict[str, int], dict[str, float]]:
+    """(tokens, median seconds) of plain generate, generate in a fresh thread, and stream_generate."""
     from engine.config import GenerationSettings
     from engine.generate import stream_generate
 
-    new = 32 if args.quick else 128
+    eos = eos_ids(loaded)
+    settings = GenerationSettings(max_new_tokens=new, do_sample=False, repetition_penalty=1.0)
+
+    def plain() -> int:
+        return plain_generate(loaded, PROMPT, new, eos=eos)
+
+    def threaded() -> int:
+        # the part of the overhead that is only "generate runs in a fresh worker thread"
+        out: list[int] = []
+        worker = threading.Thread(target=lambda: out.append(plain()))
+        worker.start()
+        worker.join()
+        return out[0]
+
+    def streamed() -> int:
+        final = None
+        for update in stream_generate(loaded, PROMPT, settings, chat=False):
+            final = update
+        return final.n_tokens if final is not None else 0
+
+    variants = {"plain": plain, "thread": threaded, "stream": streamed}
+    counts = {k: fn() for k, fn in variants.items()}  # warm-up; greedy: the same tokens every time
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(repeats):  # interleaved, so load changes on a shared machine hit all three alike
+        for k, fn in variants.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return counts, {k: statistics.median(v) for k, v in times.items()}
+
+
+def section_stream(models: dict[str, tuple[Path, str]], args: argparse.Namespace) -> dict[str, Any]:
     rows, data = [], {}
     for label, (folder, what) in models.items():
         loaded = load(folder)
-        eos = eos_ids(loaded)
-        settings = GenerationSettings(max_new_tokens=new, do_sample=False, repetition_penalty=1.0)
-
-        def streamed(loaded: Any = loaded, settings: Any = settings) -> int:
-            final = None
-            for update in stream_generate(loaded, PROMPT, settings, chat=False):
-                final = update
-            return final.n_tokens if final is not None else 0
-
-        # interleave the two so that load changes on a shared machine hit both alike
-        base_t, stream_t, base_n, stream_n = [], [], 0, 0
-        plain_generate(loaded, PROMPT, new, eos=eos)
-        streamed()
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            base_n = plain_generate(loaded, PROMPT, new, eos=eos)
-            base_t.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            stream_n = streamed()
-            stream_t.append(time.perf_counter() - t0)
-        base_tps = base_n / statistics.median(base_t)
-        stream_tps = stream_n / statistics.median(stream_t)
-        overhead = (base_tps / stream_tps - 1) * 100
-        rows.append([f"{label} ({what})", base_n, base_tps, stream_n, stream_tps, f"{overhead:+.1f}%"])
-        data[label] = {"generate_tps": base_tps, "stream_tps": stream_tps, "overhead_pct": overhead}
+        for new in (32,) if args.quick else (32, 128):
+            counts, med = _stream_times(loaded, new, 3 * args.repeats)  # differences of a few ms: more samples
+            tps = {k: counts[k] / med[k] for k in med}
+            overhead = (tps["plain"] / tps["stream"] - 1) * 100
+            thread_part = (med["thread"] / med["plain"] - 1) * 100
+            extra_ms = (med["stream"] - med["plain"]) * 1000
+            rows.append([f"{label} ({what})", counts["plain"], tps["plain"], tps["stream"], f"{overhead:+.1f}%",
+                         f"{thread_part:+.1f}%", f"{extra_ms:.1f}"])
+            data[f"{label}/{new}"] = {"generate_tps": tps["plain"], "stream_tps": tps["stream"],
+                                      "overhead_pct": overhead, "thread_only_pct": thread_part}
     print("\n### (a) stream_generate vs plain model.generate (greedy, same eos, tokenization included)\n")
-    print(table(["model", "generate tokens", "generate tok/s", "stream tokens", "stream tok/s", "overhead"], rows))
+    print("'new thread only': plain generate run in a fresh worker thread, no streamer (part of the overhead).\n")
+    print(table(["model", "tokens", "generate tok/s", "stream tok/s", "overhead", "new thread only",
+                 "extra ms per call"], rows))
     return data
 
 

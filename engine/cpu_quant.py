@@ -19,6 +19,9 @@ never calls `tie_weights`, and a quantized model is never saved or trained.
 
 from __future__ import annotations
 
+import ctypes
+import gc
+import itertools
 import warnings
 from typing import Any
 
@@ -51,6 +54,14 @@ def quantize_int8_dynamic(model: torch.nn.Module) -> torch.nn.Module:
             "quant.mode", "int8-dynamic", f"an fp32 model on the CPU (this one is {param.dtype} on {param.device})"
         )
     model.eval()
+    # transformers maps the safetensors file into memory, and a tensor left pointing into it keeps the whole
+    # file mapped, with every page the quantizer read resident: the process would hold the fp32 checkpoint
+    # beside the int8 model. The packed layers keep their fp32 bias tensor as given, so biases get their own
+    # memory first; the unquantized rest (embeddings, norms) after quantizing.
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.data = module.bias.data.clone()
     with warnings.catch_warnings():
         # torch 2.10+ marks torch.ao eager quantization as deprecated in favour of torchao; it still works and
         # needs no extra package. The warning would repeat on every load, so it is silenced here.
@@ -58,7 +69,22 @@ def quantize_int8_dynamic(model: torch.nn.Module) -> torch.nn.Module:
         warnings.simplefilter("ignore", category=FutureWarning)
         warnings.simplefilter("ignore", category=UserWarning)
         torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    with torch.no_grad():
+        for tensor in itertools.chain(model.parameters(), model.buffers()):
+            tensor.data = tensor.data.clone()
+    _release_freed_memory()
     return model
+
+
+def _release_freed_memory() -> None:
+    """Hand the freed fp32 weights back to the OS. glibc keeps large freed blocks in its heap (its mmap threshold
+    grows after big frees), so without a trim the process RSS stays at the fp32 size (measured on compact-course:
+    ~95 MiB of RSS growth before, ~25 MiB after, for a 27 MiB int8 model). A no-op where there is no glibc."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # macOS, Windows, musl: nothing to trim this way
+        pass
 
 
 def is_int8_dynamic(module: torch.nn.Module) -> bool:

@@ -144,3 +144,10 @@ def test_batch_evaluate_and_presets(client, tmp_path):
     out = client.predict("builtin:compact-mini", "builtin:compact-mini", "none", True, "", "builtin:corpus", 0, 0, api_name="/task_accuracy")
     rows = out["data"] if isinstance(out, dict) else out
     assert len(rows) == 2 and 0 <= rows[0][2] <= 1
+
+
+def test_onnx_export_matches_pytorch(client):
+    pytest.importorskip("onnxruntime")
+    rows, onnx_file = client.predict("builtin:compact-mini", "A memória da GPU\nThe KV cache", api_name="/export_onnx")
+    data = dict((r[0], r[1]) for r in (rows["data"] if isinstance(rows, dict) else rows))
+    assert data["greedy_equal"] in (True, "True", "true") and float(data["max_abs_logits_diff"]) < 1e-3
