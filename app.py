@@ -588,7 +588,17 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
     gen_names = list(gen)
 
     def load(ref_v: str, quant_mode: str) -> Any:
+        from engine.coexist import check_room_to_generate, cuda_free_gib
+
         ref = check_ui_model_ref(ref_v, jobs.runs_dir)
+        active, free = jobs.active(), cuda_free_gib()
+        if active and free is not None and not any(e["ref"] == ref for e in MODEL_CACHE.loaded()):
+            try:
+                weights = memory.estimate(MemoryQuery(model=ref, task="inference", weight_precision={"4bit": "nf4", "8bit": "int8"}.get(quant_mode, "auto"),
+                                                      batch=1, seq_len=16, new_tokens=0)).breakdown_gib.get("weights", 0.0)
+            except EngineError:
+                weights = 0.0  # unknown to the estimator (run:NAME): let the load itself decide
+            check_room_to_generate(weights, training_run=active, free_gib=free)
         # The playground never trains (training loads its own copy in a subprocess), so the faster packed
         # bitsandbytes CPU layout is safe here (engine/bnb_safety.py explains the hazard it poses to training).
         return MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True)

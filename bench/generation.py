@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -240,10 +239,12 @@ QUANT_VARIANTS = [  # (label, quant mode, load kwargs)
 ]
 
 
-def _rss_gib() -> float:
+def _rss_gib(field: str = "VmRSS") -> float:
+    """VmRSS (now) or VmHWM (peak) of this process. Not getrusage's ru_maxrss: Linux carries that over from
+    the parent across fork + exec, so a child would report the bench's own, larger peak."""
     with open("/proc/self/status", encoding="utf-8") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 2**20
     return float("nan")
 
@@ -274,7 +275,7 @@ def quant_child(spec: dict[str, Any]) -> dict[str, Any]:
     # RSS after generating, not right after loading: safetensors weights are mmapped and only count once
     # touched, and the fp32 copy a quantizer frees may stay in the allocator.
     used = _rss_gib() - before
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    peak = _rss_gib("VmHWM")
     return {"tps": new / statistics.median(times), "footprint_gib": loaded.footprint_gib,
             "rss_growth_gib": used, "rss_after_load_gib": after - before, "peak_rss_gib": peak, "tokens": tokens}
 
