@@ -280,31 +280,46 @@ def quant_child(spec: dict[str, Any]) -> dict[str, Any]:
             "rss_growth_gib": used, "rss_after_load_gib": after - before, "peak_rss_gib": peak, "tokens": tokens}
 
 
+def _run_child(spec: dict[str, Any]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
+                          timeout=1800)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:100]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def section_quant(models: dict[str, tuple[Path, str]], args: argparse.Namespace) -> dict[str, Any]:
     new = 32 if args.quick else 64
+    rounds = 2 if args.quick else 3
     rows, data = [], {}
     for label, (folder, what) in models.items():
-        reference = None
-        for name, mode, kwargs in QUANT_VARIANTS:
-            spec = {"folder": str(folder), "mode": mode, "kwargs": kwargs, "new": new, "repeats": args.repeats,
-                    "threads": torch.get_num_threads()}
-            proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
-                                  text=True, timeout=1800)
-            if proc.returncode != 0:
-                rows.append([f"{label} ({what})", name, "failed: " + proc.stderr.strip().splitlines()[-1][:80],
+        # Rounds over all variants (a fresh process per variant and round), best round kept: on a shared
+        # machine interference only ever slows a run down, and a burst would otherwise hit one variant only.
+        best: dict[str, dict[str, Any]] = {}
+        for _ in range(rounds):
+            for name, mode, kwargs in QUANT_VARIANTS:
+                r = _run_child({"folder": str(folder), "mode": mode, "kwargs": kwargs, "new": new,
+                                "repeats": args.repeats, "threads": torch.get_num_threads()})
+                old = best.get(name)
+                if old is None or ("error" not in r and ("error" in old or r["tps"] > old["tps"])):
+                    best[name] = r
+        reference = best[QUANT_VARIANTS[0][0]]
+        for name, _, _ in QUANT_VARIANTS:
+            r = best[name]
+            if "error" in r or "error" in reference:
+                rows.append([f"{label} ({what})", name, "failed: " + r.get("error", reference.get("error", "")),
                              "", "", "", "", ""])
                 continue
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
-            reference = reference or r
             same = next((i for i, (a, b) in enumerate(zip(r["tokens"], reference["tokens"], strict=True)) if a != b),
                         len(r["tokens"]))
             rows.append([f"{label} ({what})", name, r["tps"], f"{r['tps'] / reference['tps']:.2f}x",
                          f"{r['footprint_gib'] * 1024:.1f}", f"{r['rss_growth_gib'] * 1024:.0f}",
                          f"{r['peak_rss_gib'] * 1024:.0f}", f"{same}/{len(r['tokens'])}"])
             data[f"{label}/{name}"] = {k: v for k, v in r.items() if k != "tokens"}
-    print(f"\n### (c) CPU quantization vs fp32 ({new} greedy tokens; memory in MiB; each variant in its own process)\n")
+    print(f"\n### (c) CPU quantization vs fp32 ({new} greedy tokens; memory in MiB; each variant in its own process, "
+          f"best of {rounds} rounds)\n")
     print("footprint: the model's tensors; RSS growth: process RSS after generating minus before loading; peak RSS:\n"
-          "the process high-water mark, mostly the ~0.45 GiB of torch/transformers/bitsandbytes themselves.\n")
+          "the process high-water mark (VmHWM), mostly the ~0.4 GiB of torch/transformers/bitsandbytes themselves.\n")
     print(table(["model", "variant", "tok/s", "vs fp32", "footprint", "RSS growth", "peak RSS",
                  "greedy = fp32 (first differing token)"], rows))
     return data

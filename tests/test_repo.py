@@ -15,6 +15,9 @@ def _pins(name: str) -> dict[str, str]:
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
+        if line.startswith("-r "):  # an included file is checked on its own
+            pins.update(_pins(line[3:].strip()))
+            continue
         assert "==" in line, f"{name}: unpinned line {line!r}"
         pkg, ver = line.split("==")
         pins[pkg.lower().replace("_", "-")] = ver
