@@ -250,7 +250,8 @@ def _progress_html(s, last: dict | None) -> str:
 
 def _loss_frame(losses: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(losses, columns=["step", "loss", "kind"])
-    return df.astype({"step": "int64", "loss": "float64", "kind": "str"})
+    # numeric axes; the colour column as plain Python objects (pandas 3's inferred StringDtype is not plotted)
+    return df.astype({"step": "int64", "loss": "float64", "kind": object})
 
 
 def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
