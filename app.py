@@ -353,10 +353,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
             s = jobs.status(name)
         except EngineError:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        from engine.runs import read_events
-
-        last = next((e for e in reversed(read_events(s.path)) if e.get("type") == "progress"), None)
-        return _status_md(s), _progress_html(s, last), _loss_frame(s.losses), log_tail(s.path, 40), _history_rows(jobs)
+        return _status_md(s), _progress_html(s, s.last_progress), _loss_frame(s.losses), log_tail(s.path, 40), _history_rows(jobs)
 
     @ui_errors
     def on_stop(name):
@@ -736,7 +733,7 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
     cmp_btn.click(on_compare, [model, model_b, quant, mode, system, cmp_prompt, *gen.values()], [out_a, stats_a, out_b, stats_b],
                   api_name="compare", concurrency_limit=1, concurrency_id="gpu")
     cmp_stop.click(on_stop, None, None, queue=False)
-    refresh.click(lambda: (gr.update(choices=_playground_models(jobs)), gr.update(choices=_playground_models(jobs))), None, [model, model_b], queue=False)
+    refresh.click(lambda: (gr.update(choices=_playground_models(jobs)),) * 2, None, [model, model_b], queue=False)
     unload.click(on_unload, None, [model_info], api_name="unload_models")
     preset.input(on_preset, [preset, *gen.values()], list(gen.values()), queue=False)
     onnx_btn.click(on_onnx, [model, onnx_prompts], [onnx_out, onnx_file], api_name="export_onnx", concurrency_limit=1, concurrency_id="gpu")

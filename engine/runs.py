@@ -239,6 +239,7 @@ class RunSummary:
     task_scores: dict[str, float] = field(default_factory=dict)
     device: str = ""
     base_progress: dict[str, Any] | None = None  # latest progress of a built-in base pretraining for this run
+    last_progress: dict[str, Any] | None = None  # latest progress event (speed, ETA) of this run
 
 
 def summarize(run_dir: Path, alive: bool) -> RunSummary:
@@ -264,6 +265,7 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
         elif t == "phase":
             summary.phase = ev.get("phase", "")
         elif t == "progress":
+            summary.last_progress = ev
             summary.step = ev.get("step", summary.step)
             summary.max_steps = ev.get("max_steps", summary.max_steps)
             if ev.get("loss") is not None:
