@@ -417,7 +417,7 @@ def _sim_peak(cfg: Any, layers: int, q: MemoryQuery) -> dict[str, float]:
                 model.enable_input_require_grads()
         model.train()
         params = [prm for prm in model.parameters() if prm.requires_grad]
-        opt = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+        opt = torch.optim.AdamW(params, lr=1e-4, fused=True)  # as engine/train.py runs it
         mt = Tracker()
         mt.track_external(model, opt)
         ids = torch.randint(0, cfg.vocab_size, (q.batch, q.seq_len))

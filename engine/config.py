@@ -489,7 +489,7 @@ class MemoryQuery:
     )
     optimizer: Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "sgd", "adafactor"] = opt(
         "adamw",
-        "AdamW keeps 2 states per trainable weight (8 bytes in fp32); 8-bit AdamW ~2 bytes; paged variants live in unified memory "
+        "AdamW (fused, as transformers 5 runs it) keeps 2 states per trainable weight (8 bytes in fp32); 8-bit AdamW ~2 bytes; paged variants live in unified memory "
         "and can spill to CPU RAM; SGD (no momentum, as HF's 'sgd') none; Adafactor factored second moments.",
         label="Optimizer",
     )

@@ -420,7 +420,10 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
 def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool) -> tuple[float, float, float]:
     """(optimizer state counted by PyTorch, step temporary, paged state outside PyTorch's allocator) in bytes."""
     if name == "adamw":
-        return 2.0 * param_b * n, float(param_b * n), 0.0  # foreach AdamW: sqrt(v) for every tensor at once
+        # fused AdamW (transformers 5's default on torch >= 2.8, torchtune's configs, and what our Trainer runs) updates
+        # each tensor in one kernel: no temporary. The older foreach AdamW made sqrt(v) for every tensor at once, one
+        # state-sized temporary at the step (+1x trainable bytes), which the estimate no longer assumes.
+        return 2.0 * param_b * n, 0.0, 0.0
     if name in ("adamw-8bit", "paged-adamw-8bit"):
         small = (arch.params_total - arch.params_layer_linear - arch.params_embedding - arch.params_lm_head) if full else 0
         state = 2.0 * (n - small) * (1 + 4 / 256) + 8.0 * small  # blockwise 8-bit (256) ; tensors < 4096 stay fp32

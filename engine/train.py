@@ -33,7 +33,7 @@ from .runs import (
 log = logging.getLogger("engine.train")
 
 OPTIMIZERS = {
-    "adamw": "adamw_torch",
+    "adamw": "adamw_torch_fused",  # transformers 5 default on torch >= 2.8; no step temporary (engine/memory.py)
     "adamw-8bit": "adamw_bnb_8bit",
     "paged-adamw-8bit": "paged_adamw_8bit",
     "paged-adamw-32bit": "paged_adamw_32bit",
