@@ -460,12 +460,25 @@ def _keep_upload(path: str, upload_dir: Path) -> Path:
 
 
 def _playground_models(jobs: JobManager) -> list[str]:
+    """Built-in models, finished runs, their merged models, then the catalog's Hub ids (downloaded when online)."""
     from engine.loaders import builtin_model_dir
     from engine.model import compact_presets
+    from engine.presets import catalog
 
     out = [f"builtin:{p}" for p in compact_presets() if (builtin_model_dir(p, jobs.runs_dir) / "config.json").exists()]
-    out += [f"run:{s.name}" for s in jobs.finished_runs()]
-    return out
+    for s in jobs.finished_runs():
+        out.append(f"run:{s.name}")
+        if (jobs.runs_dir / s.name / "merged" / "config.json").exists():
+            out.append(f"run:{s.name}/merged")
+    return out + [m.hf_id for m in catalog() if m.hf_id]
+
+
+NO_ADAPTER = "(none)"
+PLACEMENTS = {"one device": None, "auto (offload to CPU/disk)": "auto"}  # label -> device_map for engine.loaders.load_model
+
+
+def _adapter_choices(jobs: JobManager) -> list[str]:
+    return [NO_ADAPTER] + [f"run:{s.name}" for s in jobs.finished_runs() if (jobs.runs_dir / s.name / "adapter" / "adapter_config.json").exists()]
 
 
 class StopSignals:
@@ -503,7 +516,7 @@ def _stats_line(upd: Any) -> str:
     return info
 
 
-def build_playground(jobs: JobManager) -> dict[str, Any]:
+def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict[str, Any]:
     from engine.loaders import MODEL_CACHE
 
     signals = StopSignals()
@@ -511,12 +524,22 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
         with gr.Column(scale=2):
             choices = _playground_models(jobs)
             model = gr.Dropdown(choices=choices, value=choices[0] if choices else None, allow_custom_value=True, label="Model", elem_id="playground-model",
-                                info="A pretrained built-in model, a finished run (run:NAME: adapter applied on its base), or a Hugging Face id.")
+                                info="A pretrained built-in model, a finished run (run:NAME: adapter applied on its base; run:NAME/merged: its merged "
+                                     "16-bit model), or a Hugging Face id (the catalog's are listed; downloaded once, when online).")
             with gr.Row():
                 refresh = gr.Button("Refresh model list", size="sm")
                 unload = gr.Button("Unload models (free memory)", size="sm")
             quant = gr.Dropdown(choices=[c for c in field_specs(QuantSettings)[0].choices], value="none", label="Load as",
                                 info=field_specs(QuantSettings)[0].help)
+            with gr.Accordion("Adapter and placement", open=False):
+                adapter = gr.Dropdown(choices=_adapter_choices(jobs), value=NO_ADAPTER, label="Adapter", elem_id="playground-adapter", allow_custom_value=True,
+                                      info="A LoRA adapter from a run, applied on top of the model above without merging "
+                                           "(the model must be the adapter's base, e.g. base vs base + adapter in Compare).")
+                placement = gr.Radio(choices=list(PLACEMENTS), value="one device", label="Placement",
+                                     info="auto: accelerate spreads a model larger than the GPU over GPU, CPU RAM and disk "
+                                          "(slower, but it runs). On a machine without a GPU everything is in RAM either way.")
+                gpu_budget = gr.Number(value=0, minimum=0, maximum=1024, label="GPU budget for auto (GiB, 0 = all free memory)",
+                                       info="Cap the GPU share so the rest of the card stays free (e.g. for a training run).")
             model_info = gr.Markdown(elem_id="playground-model-info")
             mode = gr.Radio(choices=["chat", "completion"], value="chat", label="Mode", info="chat: the model's chat template; completion: raw text continuation.")
             system = gr.Textbox(label="System prompt (chat)", lines=2)
@@ -585,10 +608,19 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
                     onnx_file = gr.File(label="model.onnx", visible=False)
     gen_names = list(gen)
 
-    def load(ref_v: str, quant_mode: str) -> Any:
+    def load(ref_v: str, quant_mode: str, extra: tuple = ()) -> Any:
+        """The cached model for (reference, quantization) plus the optional (adapter, placement, GPU budget)."""
         from engine.coexist import check_room_to_generate, cuda_free_gib
 
-        ref = check_ui_model_ref(ref_v, jobs.runs_dir)
+        ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
+        adapter_v, placement_v, budget = (tuple(extra) + (NO_ADAPTER, "one device", 0))[:3]
+        adapter_ref = None if adapter_v in (None, "", NO_ADAPTER) else check_ui_model_ref(adapter_v, jobs.runs_dir)
+        device_map, max_memory = PLACEMENTS.get(placement_v, None), None
+        if device_map == "auto" and budget and float(budget) > 0:
+            from engine.device import ram_gib
+
+            # accelerate only uses the devices named here: give the CPU the machine's RAM less a margin for the app
+            max_memory = {0: f"{float(budget):g}GiB", "cpu": f"{max(1.0, ram_gib() - 2):.0f}GiB"}
         active, free = jobs.active(), cuda_free_gib()
         if active and free is not None and not any(e["ref"] == ref for e in MODEL_CACHE.loaded()):
             try:
@@ -599,13 +631,18 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
             check_room_to_generate(weights, training_run=active, free_gib=free)
         # The playground never trains (training loads its own copy in a subprocess), so the faster packed
         # bitsandbytes CPU layout is safe here (engine/bnb_safety.py explains the hazard it poses to training).
-        return MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True)
+        return MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True, adapter=adapter_ref,
+                                       device_map=device_map, max_memory=max_memory, allow_local_paths=allow_local_models)
 
     def info_of(loaded: Any) -> str:
         return f"**{loaded.ref}** · loaded in {loaded.load_seconds:.1f}s · {loaded.footprint_gib:.3f} GiB · {loaded.where}"
 
     def settings_of(gen_vals: tuple) -> GenerationSettings:
-        return from_flat(GenerationSettings, dict(zip(gen_names, gen_vals, strict=True)))
+        return from_flat(GenerationSettings, dict(zip(gen_names, gen_vals[: len(gen_names)], strict=True)))
+
+    def extra_of(rest: tuple) -> tuple:
+        """The (adapter, placement, GPU budget) inputs, which follow the generation settings (optional over the API)."""
+        return tuple(rest[len(gen_names):])
 
     @ui_errors_gen
     def on_send(request: gr.Request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, *gen_vals):
@@ -614,7 +651,7 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
         settings = settings_of(gen_vals)
         if not (prompt_v or "").strip():
             raise gr.Error("Type a prompt first.")
-        loaded = load(model_ref, quant_mode)
+        loaded = load(model_ref, quant_mode, extra_of(gen_vals))
         history = list(history or [])
         if mode_v == "chat":
             request_msgs: Any = ([{"role": "system", "content": system_v}] if system_v.strip() else []) + history + [{"role": "user", "content": prompt_v}]
@@ -656,7 +693,8 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
                 break
             lines[side] = f"loading {ref}…"
             yield texts[0], lines[0], texts[1], lines[1]
-            loaded = load(ref, quant_mode)
+            extra = extra_of(gen_vals)  # the adapter goes on model A only: base + adapter vs base, for example
+            loaded = load(ref, quant_mode, extra if side == 0 else (NO_ADAPTER, *extra[1:]))
             for upd in stream_generate(loaded, request_msgs, settings, chat=mode_v == "chat", stop_event=stop_ev):
                 texts[side], lines[side] = upd.text, _stats_line(upd)
                 yield texts[0], lines[0], texts[1], lines[1]
@@ -672,7 +710,7 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
         from engine.batch import batch_generate, parse_prompts, write_csv
 
         prompts = parse_prompts(text_v or None, file_v)
-        loaded = load(ref_v, quant_mode)
+        loaded = load(ref_v, quant_mode, extra_of(gen_vals))
         stop_ev = signals.fresh(request.session_hash or "")
         rows: list = []
         for prog in batch_generate(loaded, prompts, settings_of(gen_vals), chat=mode_v == "chat", micro_batch=int(micro), stop_event=stop_ev):
@@ -686,12 +724,14 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
                 yield line, rows, gr.skip()
 
     @ui_errors
-    def on_eval(kind, ref_a, ref_b, quant_mode, both, text_v, data_v, window, stride):
+    def on_eval(kind, ref_a, ref_b, quant_mode, both, text_v, data_v, window, stride, *extra):
         from engine.evaluate import dataset_perplexity, perplexity, task_accuracy
 
         out = []
-        for ref in [ref_a] + ([ref_b] if both else []):
-            loaded = load(ref, quant_mode)
+        for side, ref in enumerate([ref_a] + ([ref_b] if both else [])):
+            loaded = load(ref, quant_mode, extra if side == 0 else (NO_ADAPTER, *extra[1:]))
+            if side == 0 and extra and extra[0] not in (None, "", NO_ADAPTER):
+                ref = f"{ref} + adapter {extra[0]}"
             if kind == "ppl":
                 kw = {"window": int(window) or None, "stride": int(stride) or None}
                 res = perplexity(loaded, [text_v], **kw) if (text_v or "").strip() else dataset_perplexity(loaded, data_v, **kw)
@@ -705,8 +745,8 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
     def on_onnx(ref_v, prompts_v):
         from engine.onnx_export import compare_onnx, export_onnx
 
-        ref = check_ui_model_ref(ref_v, jobs.runs_dir)
-        loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir)
+        ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
+        loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir, allow_local_paths=allow_local_models)
         if getattr(loaded, "adapter", None):
             raise gr.Error("This run is a LoRA adapter: merge it first (Fine-tune → Merge adapter), then export the merged model.")
         out_dir = jobs.runs_dir / "_exports" / f"onnx-{ref.replace(':', '-').replace('/', '-')}"
@@ -723,28 +763,30 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
         n = MODEL_CACHE.unload_all()
         return f"Unloaded {n} model(s)."
 
-    send_inputs = [model, quant, mode, system, prompt, chat, *gen.values()]
+    load_extra = [adapter, placement, gpu_budget]  # last, so API callers may leave them out
+    send_inputs = [model, quant, mode, system, prompt, chat, *gen.values(), *load_extra]
     ev = send.click(on_send, send_inputs, [chat, prompt, stats, model_info], api_name="generate", concurrency_limit=1, concurrency_id="gpu")
     ev2 = prompt.submit(on_send, send_inputs, [chat, prompt, stats, model_info], concurrency_limit=1, concurrency_id="gpu")
     regen.click(on_regenerate, [chat], [chat, prompt], queue=False).success(
         on_send, send_inputs, [chat, prompt, stats, model_info], concurrency_limit=1, concurrency_id="gpu")
     stop.click(on_stop, None, None, queue=False, api_name="stop_generation")
     clear.click(lambda: ([], ""), None, [chat, stats], queue=False)
-    cmp_btn.click(on_compare, [model, model_b, quant, mode, system, cmp_prompt, *gen.values()], [out_a, stats_a, out_b, stats_b],
+    cmp_btn.click(on_compare, [model, model_b, quant, mode, system, cmp_prompt, *gen.values(), *load_extra], [out_a, stats_a, out_b, stats_b],
                   api_name="compare", concurrency_limit=1, concurrency_id="gpu")
     cmp_stop.click(on_stop, None, None, queue=False)
-    refresh.click(lambda: (gr.update(choices=_playground_models(jobs)),) * 2, None, [model, model_b], queue=False)
+    refresh.click(lambda: (gr.update(choices=_playground_models(jobs)),) * 2 + (gr.update(choices=_adapter_choices(jobs)),), None,
+                  [model, model_b, adapter], queue=False)
     unload.click(on_unload, None, [model_info], api_name="unload_models")
     preset.input(on_preset, [preset, *gen.values()], list(gen.values()), queue=False)
     onnx_btn.click(on_onnx, [model, onnx_prompts], [onnx_out, onnx_file], api_name="export_onnx", concurrency_limit=1, concurrency_id="gpu")
-    batch_btn.click(on_batch, [model, quant, mode, batch_text, batch_file, batch_size, *gen.values()], [batch_status, batch_table, batch_csv],
+    batch_btn.click(on_batch, [model, quant, mode, batch_text, batch_file, batch_size, *gen.values(), *load_extra], [batch_status, batch_table, batch_csv],
                     api_name="batch_generate", concurrency_limit=1, concurrency_id="gpu")
     batch_stop.click(on_stop, None, None, queue=False)
-    eval_inputs = [model, model_b, quant, eval_both, eval_text, eval_data, eval_window, eval_stride]
+    eval_inputs = [model, model_b, quant, eval_both, eval_text, eval_data, eval_window, eval_stride, *load_extra]
     ppl_btn.click(functools.partial(on_eval, "ppl"), eval_inputs, [eval_out], api_name="perplexity", concurrency_limit=1, concurrency_id="gpu")
     acc_btn.click(functools.partial(on_eval, "acc"), eval_inputs, [eval_out], api_name="task_accuracy", concurrency_limit=1, concurrency_id="gpu")
     del ev, ev2
-    return {"model": model, "model_b": model_b}
+    return {"model": model, "model_b": model_b, "adapter": adapter}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -752,7 +794,9 @@ def build_playground(jobs: JobManager) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------
 
 
-def build_app(runs_dir: Path) -> gr.Blocks:
+def build_app(runs_dir: Path, allow_local_models: bool = False) -> gr.Blocks:
+    """The whole page. allow_local_models lets the playground load model folders from this machine's disk: only for a
+    local, trusted `python app.py --allow-local-models`, never on a public link."""
     runs_dir = Path(runs_dir)
     runs_dir.mkdir(parents=True, exist_ok=True)
     upload_dir = runs_dir / "_uploads"
@@ -767,7 +811,7 @@ def build_app(runs_dir: Path) -> gr.Blocks:
             with gr.Tab("Fine-tune"):
                 ft = build_finetune(jobs, upload_dir)
             with gr.Tab("Playground") as pg_tab:
-                pg = build_playground(jobs)
+                pg = build_playground(jobs, allow_local_models)
 
         form = ft["form"]
 
@@ -787,7 +831,8 @@ def build_app(runs_dir: Path) -> gr.Blocks:
         demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"]])
         demo.load(ft["predict"], ft["form_inputs"], [ft["prediction"]], api_name="predict_memory")
         # finished runs appear in the playground as soon as its tab is opened
-        pg_tab.select(lambda: (gr.update(choices=_playground_models(jobs)),) * 2, None, [pg["model"], pg["model_b"]], queue=False)
+        pg_tab.select(lambda: (gr.update(choices=_playground_models(jobs)),) * 2 + (gr.update(choices=_adapter_choices(jobs)),), None,
+                      [pg["model"], pg["model_b"], pg["adapter"]], queue=False)
     return demo
 
 
@@ -797,13 +842,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), help="0.0.0.0 to listen on all interfaces.")
     parser.add_argument("--runs-dir", default=None, help="Where runs are stored (default: $COMPACT_LAB_RUNS or ./runs).")
+    parser.add_argument("--allow-local-models", action="store_true",
+                        help="Let the playground load model folders from this machine's disk (a trusted local app only, never with --share).")
     args = parser.parse_args(argv)
+    if args.allow_local_models and args.share:
+        parser.error("--allow-local-models cannot be combined with --share: anyone with the link could read model folders on this machine.")
     if args.runs_dir:
         os.environ["COMPACT_LAB_RUNS"] = args.runs_dir
     from engine.runs import default_runs_dir
 
     runs_dir = default_runs_dir()
-    demo = build_app(runs_dir)
+    demo = build_app(runs_dir, allow_local_models=args.allow_local_models)
     demo.queue(default_concurrency_limit=1)
     exports = runs_dir / "_exports"  # zips, CSVs and ONNX files offered for download (and nothing else of the runs dir)
     exports.mkdir(exist_ok=True)

@@ -57,6 +57,11 @@ def _cpu_total_gib() -> float:
         return 0.0
 
 
+def ram_gib() -> float:
+    """This machine's physical RAM in GiB (0 when the OS does not say)."""
+    return _cpu_total_gib()
+
+
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:

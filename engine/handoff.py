@@ -93,11 +93,20 @@ def _train_targets(spec: str) -> str:
     return ",".join(_SHORT.get(p, p) for p in parts) or "all-linear"
 
 
-def check_ui_model_ref(ref: str, runs_dir: Path) -> str:
-    """Model references accepted from a browser: built-in, run:NAME, or a Hub id — never a server path."""
+def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -> str:
+    """Model references accepted from a browser: built-in, run:NAME(/merged), or a Hub id — never a server path,
+    unless the app was started with --allow-local-models (a trusted, local `python app.py`), where an
+    existing model folder is accepted too."""
     ref = (ref or "").strip()
+    if allow_local and ref.startswith(("/", "~", ".")):
+        folder = Path(ref).expanduser()
+        if not (folder / "config.json").is_file():
+            raise ConfigError("model", ref, "a model folder (one with a config.json in it)")
+        return str(folder.resolve())
     if ref.startswith(("builtin:", "run:")):
         name = ref.split(":", 1)[1]
+        if ref.startswith("run:") and name.endswith("/merged"):
+            name = name[: -len("/merged")]
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) or ".." in name:
             raise ConfigError("model", ref, "builtin:NAME or run:NAME with a plain name")
         return ref

@@ -5,6 +5,7 @@ Model references (`ref`):
 - ``builtin:NAME``   a built-in compact model, pretrained once into ``<runs>/_builtin/NAME/model``
 - ``run:NAME``       a finished run ``<runs>/NAME``: its ``adapter/`` (peft LoRA, applied on the run's base
                      model, not merged) or its ``model/`` (full fine-tune / scratch)
+- ``run:NAME/merged`` the 16-bit model saved by merging that run's adapter (``<runs>/NAME/merged``)
 - a local folder     only with ``allow_local_paths=True`` (the CLI) or when it lies inside the runs folder:
                      on a public link, user input must never name an arbitrary server path
 - a Hub id           ``owner/name`` (or a legacy single name such as ``gpt2``), via ``from_pretrained``;
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "builtin:"
 RUN_PREFIX = "run:"
+MERGED_SUFFIX = "/merged"  # run:NAME/merged = <runs>/NAME/merged (engine/export.py merge_adapter)
 # A run or built-in name: one path component, no separators, no "..", no hidden names.
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Hub ids: "owner/name" or a legacy canonical single name ("gpt2"); the Hub's own character rules.
@@ -201,6 +203,12 @@ def _resolve(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int = 0) 
 
     if ref.startswith(RUN_PREFIX):
         name = ref[len(RUN_PREFIX) :]
+        if name.endswith(MERGED_SUFFIX):  # run:NAME/merged: the 16-bit model made by merging the run's adapter
+            name = name[: -len(MERGED_SUFFIX)]
+            merged = _run_dir(name, runs_dir) / "merged"
+            if not (merged / "config.json").exists():
+                raise ModelLoadError(f"Run {name!r} has no merged model yet: merge its adapter first (Fine-tune → Merge adapter).")
+            return _Source(str(merged), True, f"run {name} (merged)")
         run_dir = _run_dir(name, runs_dir)
         if not run_dir.is_dir():
             raise ModelLoadError(f"There is no run named {name!r} in {runs_dir}.")
@@ -560,7 +568,7 @@ def _load_uncached(
         quant=quant,
         load_seconds=time.perf_counter() - t0,
         footprint_gib=footprint,
-        where=f"{source.description}, {quant_text} {dtype_name(model_dtype)} on {where_device}",
+        where=f"{source.description}{f' + LoRA adapter {adapter}' if adapter else ''}, {quant_text} {dtype_name(model_dtype)} on {where_device}",
         adapter=adapter_location,
         config_path=(Path(source.location) / "config.json") if source.is_local else None,
         cpu_repack_allowed=quant.mode == "4bit" and allow_cpu_repack,
