@@ -258,3 +258,21 @@ def test_cli_flags_come_from_the_dataclass(tmp_path, monkeypatch, capsys):
                  "--too-long", "drop", "--eval-dataset", "builtin:instructions", "--print-config"]) == 0
     out = capsys.readouterr().out
     assert "hub_split: train[:2000]" in out and "too_long: drop" in out and "eval_dataset: builtin:instructions" in out
+
+
+def test_a_real_run_with_mapping_drop_and_eval_file(runs_dir, tmp_path):
+    from engine.train import run_training
+
+    rows = [{"pergunta": f"Converta {d:02d}/05/2023", "resposta": f"2023-05-{d:02d}"} for d in range(1, 21)]
+    train_file = write_jsonl(tmp_path / "t.jsonl", rows)
+    eval_file = write_jsonl(tmp_path / "e.jsonl", rows[:3])
+    cfg = TrainConfig(method="full", base_model="builtin:compact-mini", dataset=str(train_file), eval_dataset=str(eval_file),
+                      columns="instruction=pergunta, output=resposta", too_long="drop", max_steps=2, micro_batch_size=4, max_seq_len=64,
+                      save_steps=100, logging_steps=1, learning_rate=1e-3)
+    done = run_training(cfg, tmp_path / "run", runs_dir=runs_dir)
+    assert done["type"] == "done" and done["eval_loss"] is not None
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    data_event = next(e for e in events if e["type"] == "data")
+    assert data_event["train_examples"] == 20 and data_event["eval_examples"] == 3
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    assert "columns: instruction=pergunta, output=resposta" in saved and "too_long: drop" in saved
