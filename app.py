@@ -192,6 +192,8 @@ FT_TRAIN = ["max_steps", "epochs", "learning_rate", "lr_scheduler", "warmup_rati
 FT_LORA = ["lora.r", "lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.use_dora", "quant.mode", "quant.quant_type",
            "quant.double_quant", "quant.compute_dtype"]
 FT_RUN = ["logging_steps", "save_steps", "save_total_limit", "run_name", "trust_remote_code"]
+FT_DATA = ["hub_config", "hub_split", "columns", "too_long", "eval_dataset", "eval_split"]
+DATA_FILE_TYPES = [".jsonl", ".json", ".csv", ".txt", ".parquet"]
 # The offline first run: fully fine-tune the built-in compact model on the scored date task. Measured on a 2-core CPU:
 # ~2.5 min, date accuracy 0% -> 73% (LoRA on a 2M-parameter model needs several times more steps for the same skill).
 FT_DEFAULTS = {"method": "full", "base_model": "builtin:compact-mini", "dataset": "builtin:dates", "max_steps": 1000,
@@ -260,7 +262,10 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         with gr.Column(scale=2):
             main = make_inputs(TrainConfig, only=FT_MAIN, values=FT_DEFAULTS)
             main["base_model"] = main["base_model"]  # (kept for symmetry; choices set below)
-            upload = gr.File(label="…or upload a dataset (.jsonl .json .csv .txt .parquet)", file_types=[".jsonl", ".json", ".csv", ".txt", ".parquet"])
+            upload = gr.File(label="…or upload a dataset (.jsonl .json .csv .txt .parquet)", file_types=DATA_FILE_TYPES)
+            with gr.Accordion("Data: Hub dataset, column mapping, long rows, eval set", open=False):
+                data = make_inputs(TrainConfig, only=FT_DATA, values=FT_DEFAULTS)
+                eval_upload = gr.File(label="…or upload an eval file (replaces the eval fraction)", file_types=DATA_FILE_TYPES)
             with gr.Accordion("Data preview & validation", open=False):
                 inspect_btn = gr.Button("Check the data", size="sm")
                 data_summary = gr.Markdown()
@@ -297,14 +302,17 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
             download = gr.File(label="Download", visible=False)
             history = gr.Dataframe(headers=["run", "state", "method", "base", "data", "steps", "best eval loss", "task acc", "seconds",
                                             "memory pred/meas GiB", "resumable"], interactive=False, label="Run history", wrap=True)
-    form = {**main, **train, **lora, **runf}
+    form = {**main, **train, **lora, **runf, **data}
     names = list(form)
     timer = gr.Timer(1.0)
 
     def config_of(upload_path: str | None, *vals: Any) -> TrainConfig:
+        *vals, eval_path = vals  # the eval upload comes last (form_inputs below)
         values = dict(zip(names, vals, strict=True))
         if upload_path:
             values["dataset"] = str(_keep_upload(upload_path, upload_dir))
+        if eval_path:
+            values["eval_dataset"] = str(_keep_upload(eval_path, upload_dir))
         # qlora always loads the base in 4-bit; lora may use an 8-bit base; full/scratch train unquantized weights
         method, mode = values.get("method"), values.get("quant.mode")
         values["quant.mode"] = "4bit" if method == "qlora" else ("8bit" if method == "lora" and mode == "8bit" else "none")
@@ -426,7 +434,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         name = active or (runs[0] if runs else None)
         return name, gr.update(choices=runs, value=name), _history_rows(jobs)
 
-    form_inputs = [upload, *form.values()]
+    form_inputs = [upload, *form.values(), eval_upload]
     start.click(on_start, form_inputs, [watched, run_pick], api_name="start_training", concurrency_limit=1, concurrency_id="jobs")
     stop.click(on_stop, [watched], None, api_name="stop_training")
     resume.click(on_resume, [run_pick], [watched], api_name="resume_training", concurrency_limit=1, concurrency_id="jobs")

@@ -346,9 +346,31 @@ class TrainConfig:
     )
     dataset: str = opt(
         "builtin:instructions",
-        "Built-in sample (builtin:instructions, builtin:dates, builtin:corpus) or the path of an uploaded .jsonl/.json/.csv/.txt file.",
+        "Built-in sample (builtin:instructions, builtin:dates, builtin:corpus), a Hugging Face dataset (hub:owner/name, needs internet "
+        "the first time) or the path of an uploaded .jsonl/.json/.csv/.txt/.parquet file.",
         label="Dataset",
     )
+    hub_config: str = opt("", "Configuration (subset) of a Hub dataset, e.g. 'en'; empty = its default.", label="Hub config")
+    hub_split: str = opt(
+        "train", "Split of a Hub dataset, optionally sliced: train, train[:2000], train[:10%]. The whole split is downloaded once to the HF cache.",
+        label="Hub split",
+    )
+    columns: str = opt(
+        "",
+        "Column mapping applied before format detection, target=source pairs: 'instruction=question, output=answer', 'text=body', "
+        "'prompt=q, completion=a' or 'messages=conversation'. Targets: text, instruction, input, output, system, prompt, completion, "
+        "messages, conversations. Empty = detect from the column names. Also applied to an eval dataset that has these columns.",
+        label="Column mapping",
+    )
+    too_long: Literal["truncate", "drop"] = opt(
+        "truncate", "Rows longer than the max sequence length: truncate them (the end is cut) or drop them (listed in the report). "
+        "Plain-text data is cut into blocks instead.", label="Long rows",
+    )
+    eval_dataset: str = opt(
+        "", "Evaluate on this dataset instead of holding out the eval fraction: a built-in sample, hub:owner/name or an uploaded file. Empty = use the eval fraction.",
+        label="Eval dataset",
+    )
+    eval_split: str = opt("test", "Split of a Hub eval dataset (hub:...), optionally sliced: test, validation[:500].", label="Eval split (Hub)")
     max_seq_len: int = opt(256, "Longest training sequence in tokens; longer samples are truncated.", min=16, max=32768, step=16, label="Max sequence length")
     epochs: float = opt(3.0, "Passes over the data (ignored when max steps > 0).", min=0.01, max=1000, step=0.5, label="Epochs")
     max_steps: int = opt(0, "Stop after this many optimizer steps; 0 = use epochs.", min=0, max=10_000_000, step=1, label="Max steps")
@@ -384,7 +406,8 @@ class TrainConfig:
         if not self.base_model.strip():
             raise ConfigError("base_model", self.base_model, "a built-in name, run:NAME, a Hub id or a model folder")
         if not self.dataset.strip():
-            raise ConfigError("dataset", self.dataset, "a built-in dataset name or an uploaded file")
+            raise ConfigError("dataset", self.dataset, "a built-in dataset name, hub:owner/name or an uploaded file")
+        self._check_data_sources()
         if self.quant.mode == "int8-dynamic":
             raise ConfigError("quant.mode", self.quant.mode, "none, 8bit or 4bit for training (int8-dynamic is for CPU inference only)")
         if self.method == "qlora" and self.quant.mode != "4bit":
@@ -399,6 +422,19 @@ class TrainConfig:
         if name and (not all(c.isalnum() or c in "-_." for c in name) or name.startswith(".")):
             raise ConfigError("run_name", self.run_name, "letters, digits, '-', '_' and '.' only (it becomes a folder name)")
         self.run_name = name
+
+    def _check_data_sources(self) -> None:
+        from .sources import check_hub_config, check_hub_ref, check_split, is_hub_ref, parse_columns
+
+        self.dataset, self.eval_dataset = self.dataset.strip(), self.eval_dataset.strip()
+        for name in ("dataset", "eval_dataset"):
+            if is_hub_ref(getattr(self, name)):
+                check_hub_ref(getattr(self, name), name)
+        self.hub_config = check_hub_config(self.hub_config)
+        self.hub_split = check_split(self.hub_split, "hub_split")
+        self.eval_split = check_split(self.eval_split, "eval_split")
+        self.columns = self.columns.strip()
+        parse_columns(self.columns)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -116,6 +116,7 @@ class RecordSet:
     rows: list[int] = field(default_factory=list)
     unit: str = "line"
     columns: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. columns that fit several formats
 
     def __post_init__(self) -> None:
         if not self.rows:
@@ -182,8 +183,11 @@ class _BadRow(Exception):
 # --------------------------------------------------------------------------------------------------
 
 
-def load_records(source: str) -> RecordSet:
+def load_records(source: str, *, columns: dict[str, str] | None = None) -> RecordSet:
     """Read a built-in sample (``builtin:NAME``) or a local file and normalize its rows.
+
+    columns: an optional mapping target -> source column (engine/sources.py `parse_columns`) applied
+    before format detection. Hub datasets: engine/sources.py `load_source`.
 
     Raises `DataError` with an actionable message when the file as a whole cannot be used (missing,
     empty, unsupported extension, not UTF-8, binary, too big, invalid JSON on some line, no recognizable
@@ -206,11 +210,11 @@ def load_records(source: str) -> RecordSet:
             raw, unit = _parse_txt(text), "line"
     if not raw:
         raise DataError(f"{path.name} has no rows. Add at least one sample.")
-    return _normalize(raw, unit, source, path.name)
+    return _normalize(raw, unit, source, path.name, columns)
 
 
 def _display_name(source: str) -> str:
-    return source if source.startswith("builtin:") else Path(source).name
+    return source if source.startswith(("builtin:", "hub:")) else Path(source).name
 
 
 def _resolve(source: str) -> Path:
@@ -410,7 +414,7 @@ def _detect_format(rows: Sequence[dict[str, Any]]) -> Format | None:
     return best[1] if best else None  # type: ignore[return-value]
 
 
-def _normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str) -> RecordSet:
+def _normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, mapping: dict[str, str] | None = None) -> RecordSet:
     dropped: list[tuple[int, str]] = []
     rows: list[tuple[int, dict[str, Any]]] = []
     for number, row in raw:
@@ -424,10 +428,17 @@ def _normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str) ->
             dropped.append((number, f"not an object (found {type(row).__name__})"))
     counts = Counter(key for _, row in rows for key in row)
     columns = [key for key, _ in counts.most_common()]
-    fmt = _detect_format([row for _, row in rows])
-    if fmt is None:
-        found = ", ".join(repr(c) for c in columns[:20]) or "none"
-        raise DataError(f"{name}: no recognizable columns. Found: {found}. Expected one of: {EXPECTED_COLUMNS}.")
+    from . import sources  # column mapping and its messages live there (it imports this module)
+
+    notes: list[str] = []
+    if mapping:  # the mapping's targets decide the format
+        rows, fmt = sources.apply_columns(rows, mapping, columns, name)
+    else:
+        fmt = _detect_format([row for _, row in rows])
+        if fmt is None:
+            raise DataError(sources.no_format_message(name, columns))
+        note = sources.ambiguity_note([row for _, row in rows], fmt)
+        notes = [note] if note else []
     normalizer = _NORMALIZERS[fmt]
     records, kept_rows = [], []
     for number, row in rows:
@@ -440,7 +451,7 @@ def _normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str) ->
     if not records:
         reasons = "; ".join(f"{unit} {n}: {why}" for n, why in dropped[:5])
         raise DataError(f"{name}: none of the {len(raw)} rows can be used as {fmt} data ({reasons}).")
-    return RecordSet(records, fmt, source, dropped, kept_rows, unit, columns)
+    return RecordSet(records, fmt, source, dropped, kept_rows, unit, columns, notes)
 
 
 def _as_text(row: dict[str, Any], key: str, *, required: bool) -> str:

@@ -118,10 +118,13 @@ def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -
 def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path) -> None:
     """Reject browser-supplied configs that name server paths (model folders, arbitrary data files)."""
     check_ui_model_ref(cfg.base_model, runs_dir)
-    if not cfg.dataset.startswith("builtin:"):
-        path = Path(cfg.dataset).resolve()
+    for name in ("dataset", "eval_dataset"):
+        ref = getattr(cfg, name)
+        if not ref or ref.startswith(("builtin:", "hub:")):  # hub:owner/name is checked by TrainConfig
+            continue
+        path = Path(ref).resolve()
         if not path.is_relative_to(Path(upload_dir).resolve()):
-            raise ConfigError("dataset", cfg.dataset, "a built-in dataset or a file uploaded through the form")
+            raise ConfigError(name, ref, "a built-in dataset, hub:owner/name or a file uploaded through the form")
 
 
 def check_ui_estimator_model(ref: str, upload_dir: Path) -> str:

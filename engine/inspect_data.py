@@ -46,21 +46,28 @@ def _tokenizer_for(cfg: TrainConfig, runs_dir: Path, texts: list[str]) -> tuple[
 
 def inspect_dataset(cfg: TrainConfig, runs_dir: Path, n_preview: int = 3) -> DataInspection:
     """Preview + validation report of `cfg.dataset` for `cfg`'s model, sequence length and masking."""
-    from .data import load_records, preview, record_texts, tokenize_records
+    from .data import preview, record_texts, tokenize_records
+    from .sources import eval_records, train_records
 
-    records = load_records(cfg.dataset)
+    records = train_records(cfg)  # the same rows the run will load (Hub source and column mapping included)
+    evals = eval_records(cfg)
     tokenizer, which = _tokenizer_for(cfg, runs_dir, record_texts(records))
+    notes = "".join(f"\n\n⚠ {n}" for n in records.notes)
+    eval_line = (f"\n\nEval: **{evals.summary()}** (instead of the eval fraction)." if evals is not None
+                 else f"\n\nEval: {cfg.eval_fraction:.0%} of the rows held out." if cfg.eval_fraction > 0 else "")
     if records.format == "text" or cfg.method == "scratch":
         n_tok = sum(len(tokenizer(t)["input_ids"]) + 1 for t in record_texts(records))
         summary = (f"**{records.summary()}** · plain text, packed into blocks of {cfg.max_seq_len} tokens: "
                    f"{n_tok:,} tokens → about {max(1, n_tok // cfg.max_seq_len)} blocks. (Preview uses {which}.)")
         rows = [{"row": r, "text": t[:500], "n_tokens": len(tokenizer(t)["input_ids"]), "n_trainable": None}
                 for r, t in list(zip(records.rows, record_texts(records), strict=True))[:n_preview]]
-        return DataInspection(summary, rows, [], [[n, why] for n, why in records.dropped])
-    tok = tokenize_records(records, tokenizer, cfg.max_seq_len, train_on_prompt=cfg.train_on_prompt)
+        return DataInspection(summary + eval_line + notes, rows, [], [[n, why] for n, why in records.dropped])
+    tok = tokenize_records(records, tokenizer, cfg.max_seq_len, train_on_prompt=cfg.train_on_prompt, too_long=cfg.too_long)
     rep = tok.report
-    summary = (f"**{records.format}** format · {rep.summary()} · loss on "
+    summary = (f"**{records.format}** format from {records.summary().split(' from ', 1)[-1]} · {rep.summary()} · long rows: "
+               f"{'truncated' if cfg.too_long == 'truncate' else 'dropped'} at {cfg.max_seq_len} tokens · loss on "
                f"{'prompt and response' if cfg.train_on_prompt else 'responses only'} · ⟦ ⟧ marks trained-on tokens (preview uses {which}).")
     hist = [{"tokens": k, "rows": v} for k, v in rep.length_histogram.items()]
     dropped = [[n, why] for n, why in list(records.dropped) + list(rep.dropped)]
-    return DataInspection(summary, preview(records, tokenizer, cfg.max_seq_len, n_preview, train_on_prompt=cfg.train_on_prompt), hist, dropped)
+    shown = preview(records, tokenizer, cfg.max_seq_len, n_preview, train_on_prompt=cfg.train_on_prompt, too_long=cfg.too_long)
+    return DataInspection(summary + eval_line + notes, shown, hist, dropped)

@@ -217,20 +217,27 @@ def _training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: t
 
 
 def _prepare_data(cfg: TrainConfig, tokenizer: Any, max_len: int, events: EventLog) -> tuple[list, list, dict]:
-    from .data import chunk_corpus, load_records, record_texts, split_eval, tokenize_records
+    from .data import chunk_corpus, record_texts, split_eval, tokenize_records
+    from .sources import eval_examples, train_records
 
-    recordset = load_records(cfg.dataset)
-    if cfg.method == "scratch" or recordset.format == "text":
+    recordset = train_records(cfg)  # file, built-in or hub:..., after the column mapping
+    chunked = cfg.method == "scratch" or recordset.format == "text"
+    if chunked:
         texts = record_texts(recordset)
         examples = chunk_corpus(texts, tokenizer, max_len)
         report = {"rows_in": len(recordset.records), "blocks": len(examples), "block_size": max_len}
     else:
-        tok = tokenize_records(recordset, tokenizer, max_len, train_on_prompt=cfg.train_on_prompt)
+        tok = tokenize_records(recordset, tokenizer, max_len, train_on_prompt=cfg.train_on_prompt, too_long=cfg.too_long)
         examples = tok.examples
         report = dataclasses.asdict(tok.report) if dataclasses.is_dataclass(tok.report) else dict(tok.report)
     if not examples:
         raise EngineError(f"No usable training examples in {cfg.dataset}: every row was dropped (see the data report).")
-    train, evals = split_eval(examples, cfg.eval_fraction, cfg.seed) if cfg.eval_fraction > 0 and len(examples) >= 10 else (examples, [])
+    if cfg.eval_dataset:  # a separate eval set replaces the held-out fraction
+        evals, eval_info = eval_examples(cfg, tokenizer, max_len, chunked=chunked)
+        train = examples
+        report.update(eval_info)
+    else:
+        train, evals = split_eval(examples, cfg.eval_fraction, cfg.seed) if cfg.eval_fraction > 0 and len(examples) >= 10 else (examples, [])
     report.update({"train_examples": len(train), "eval_examples": len(evals)})
     events.write("data", **{k: v for k, v in report.items() if k != "dropped"}, dropped=len(report.get("dropped", []) or []))
     return train, evals, report
@@ -273,10 +280,11 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     reset_peak(device)
 
     if cfg.method == "scratch":
-        from .data import load_records, record_texts
+        from .data import record_texts
+        from .sources import train_records
 
         events.write("phase", phase="training a tokenizer on the dataset")
-        model, tokenizer = _build_scratch(cfg, record_texts(load_records(cfg.dataset)))
+        model, tokenizer = _build_scratch(cfg, record_texts(train_records(cfg)))
         max_len = min(cfg.max_seq_len, model.config.max_position_embeddings)
         model_cfg_path = None
     else:

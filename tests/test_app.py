@@ -31,10 +31,11 @@ def client(runs_dir):
 def _defaults(cls, names, overrides=None):
     specs = {s.name: s.default for s in field_specs(cls)}
     values = {**specs, **app.FT_DEFAULTS, **(overrides or {})} if cls is TrainConfig else {**specs, **(overrides or {})}
-    return [values[n] for n in names]
+    # the fine-tune form ends with the eval-file upload (None = none)
+    return [values[n] for n in names] + ([None] if cls is TrainConfig else [])
 
 
-FT_NAMES = app.FT_MAIN + app.FT_TRAIN + app.FT_LORA + app.FT_RUN
+FT_NAMES = app.FT_MAIN + app.FT_TRAIN + app.FT_LORA + app.FT_RUN + app.FT_DATA
 EST_NAMES = [s.name for s in field_specs(MemoryQuery) if s.name != "model"]
 GEN_NAMES = [s.name for s in field_specs(GenerationSettings)]
 
@@ -126,6 +127,22 @@ def test_data_preview_marks_trained_tokens_and_reports_drops(client, tmp_path):
     summary, _rows, _hist, dropped = client.predict(handle_file(str(bad)), *_defaults(TrainConfig, FT_NAMES), api_name="/inspect_data")
     drops = dropped["data"] if isinstance(dropped, dict) else dropped
     assert drops and drops[0][0] == 2
+
+
+def test_data_check_with_column_mapping_long_rows_and_eval_upload(client, tmp_path):
+    qa = tmp_path / "qa.csv"
+    qa.write_text("pergunta,resposta\nDiga oi,Oi!\nLonga," + "palavra " * 200 + "\n", encoding="utf-8")
+    with pytest.raises(Exception, match="instruction=pergunta, output=resposta"):  # nothing detected: the mapping is suggested
+        client.predict(handle_file(str(qa)), *_defaults(TrainConfig, FT_NAMES), api_name="/inspect_data")
+    values = _defaults(TrainConfig, FT_NAMES, {"columns": "instruction=pergunta, output=resposta", "too_long": "drop"})
+    summary, rows, _hist, dropped = client.predict(handle_file(str(qa)), *values[:-1], handle_file(str(qa)), api_name="/inspect_data")
+    assert "1/2 rows kept" in summary and "Eval: **2 instruction rows from" in summary
+    drops = dropped["data"] if isinstance(dropped, dict) else dropped
+    assert drops[0][0] == 2 and "longer than max_seq_len" in drops[0][1]
+    with pytest.raises(Exception, match="not reachable"):  # offline: a message, not a traceback
+        client.predict(None, *_defaults(TrainConfig, FT_NAMES, {"dataset": "hub:someone/some-data"}), api_name="/inspect_data")
+    with pytest.raises(Exception, match="eval_dataset"):
+        client.predict(None, *_defaults(TrainConfig, FT_NAMES, {"eval_dataset": "/etc/passwd"}), api_name="/show_command")
 
 
 def test_batch_evaluate_and_presets(client, tmp_path):
