@@ -5,7 +5,7 @@ Not a test: it prints markdown tables, each with its baseline measured in the sa
     python bench/generation.py [--quick] [--runs DIR] [--pretrain-mini] [--sections abcd] [--json OUT]
 
 Sections
-  (a) stream_generate (worker thread + TextIteratorStreamer + stop-event criteria) vs a plain `model.generate`
+  (a) stream_generate (worker thread + token collector + throttled decoding + stop-event criteria) vs a plain `model.generate`
       with the same prompt, greedy settings and eos ids, tokenization included in both: tokens/s, overhead %.
   (b) `generate` with the KV cache vs `use_cache=False` at several output lengths (min_new_tokens forces them).
   (c) int8-dynamic, bitsandbytes 4-bit nf4 (training-safe default and with CPU repacking) and 8-bit vs fp32:

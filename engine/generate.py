@@ -1,9 +1,9 @@
 """Streaming text generation over transformers' `generate` (playground and `python -m engine generate`).
 
-`stream_generate` runs `model.generate` in a worker thread with a `TextIteratorStreamer` and yields a
-`GenerationUpdate` per printable chunk (whole words: the streamer holds back a partial word until it is
-complete), then one final update with `done=True`, the exact token count and the peak memory. The
-concatenation of every `new_text` equals the final `text`.
+`stream_generate` runs `model.generate` in a worker thread with a light token collector (`_TokenStream`) and
+yields a `GenerationUpdate` with the new printable text at most every `_MIN_UPDATE_S` (whole words: a partial
+word is held back until it is complete), then one final update with `done=True` that carries the rest of the text,
+the exact token count and the peak memory. The concatenation of every `new_text` equals the final `text`.
 
 - Prompts: a list of chat messages goes through the tokenizer's chat template with the generation prompt
   (gradio 6 delivers message content as a list of parts: `flatten_content` turns it into strings); a string
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -46,6 +45,7 @@ from .presets import PRESETS_DIR
 END_OF_TURN_TOKENS = ("<|end|>", "<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|eot|>", "<|end_of_turn|>")
 _ROLES = ("system", "user", "assistant")
 _POLL_S = 0.1  # how often the consumer checks that the worker is still alive while waiting for text
+_MIN_UPDATE_S = 0.04  # at most ~25 text updates per second: smooth to the eye, and nearly free for generate
 
 
 @dataclass
@@ -154,25 +154,55 @@ class _StopOnEvent:
         return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
-def _make_streamer(tokenizer: Any) -> Any:
-    from transformers import TextIteratorStreamer
+class _TokenStream:
+    """A `generate` streamer that only collects the generated token ids (in the worker thread).
 
-    class CountingStreamer(TextIteratorStreamer):
-        """Also counts generated tokens and stamps the first one (for ttft and tokens/s)."""
+    Why not transformers' TextIteratorStreamer: it decodes the whole answer again after every token and wakes
+    the consumer through a queue for every word, in the thread that runs `generate` and under the GIL. On a
+    small model, where a decoding step is a millisecond or two, that cost 5-25% of the tokens/s
+    (bench/generation.py). Here `put` is a list append; the consumer decodes at its own pace, at most once per
+    `_MIN_UPDATE_S`, which is also as often as a person can see the text change.
+    """
 
-        def __init__(self) -> None:
-            super().__init__(tokenizer, skip_prompt=True, skip_special_tokens=True)
-            self.n_tokens = 0
-            self.first_token_at: float | None = None
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.n_tokens = 0
+        self.first_token_at: float | None = None
+        self.finished = threading.Event()
+        self.changed = threading.Event()  # set on every new token and at the end
+        self._prompt_seen = False
 
-        def put(self, value: torch.Tensor) -> None:
-            if not self.next_tokens_are_prompt:
-                self.n_tokens += int(value.numel())
-                if self.first_token_at is None:
-                    self.first_token_at = time.perf_counter()
-            super().put(value)
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:  # generate() first puts the prompt ids
+            self._prompt_seen = True
+            return
+        ids = value.reshape(-1).tolist()
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        self.ids.extend(ids)
+        self.n_tokens += len(ids)
+        self.changed.set()
 
-    return CountingStreamer()
+    def end(self) -> None:
+        self.finished.set()
+        self.changed.set()
+
+
+def _printable(text: str) -> str:
+    """The part of a partial answer that is safe to show: whole words (a word's last token may still change
+    how it decodes, and an incomplete UTF-8 character decodes as U+FFFD), as TextIteratorStreamer does."""
+    if not text or text.endswith("\n"):
+        return text
+    if _is_cjk(text[-1]):  # CJK text has no spaces: each character is a word
+        return text
+    cut = max(text.rfind(" "), text.rfind("\n"))
+    return text[: cut + 1]
+
+
+def _is_cjk(ch: str) -> bool:
+    cp = ord(ch)
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF or 0xF900 <= cp <= 0xFAFF
+            or 0x2F800 <= cp <= 0x2FA1F or 0x3040 <= cp <= 0x30FF or 0xAC00 <= cp <= 0xD7AF)
 
 
 def merged_stop_strings(settings: GenerationSettings, extra: list[str] | None = None) -> list[str]:
@@ -250,7 +280,7 @@ def stream_generate(
     inputs = {k: v.to(device) for k, v in inputs.items()}
     eos_ids = _end_token_ids(loaded)
     stop = stop_event if stop_event is not None else threading.Event()
-    streamer = _make_streamer(tokenizer)
+    streamer = _TokenStream()
     stops = merged_stop_strings(settings, stop_strings)
     kwargs = _gen_kwargs(settings, max_new, eos_ids, tokenizer.pad_token_id, tokenizer=tokenizer, stop_strings=stops)
     result: dict[str, Any] = {}
@@ -271,22 +301,28 @@ def stream_generate(
 
     reset_peak(loaded.device)
     worker = threading.Thread(target=work, name="stream_generate", daemon=True)
-    text = ""
+    text, tail = "", ""
     worker.start()
     try:
         while True:
-            try:
-                chunk = streamer.text_queue.get(timeout=_POLL_S)
-            except queue.Empty:
+            if not streamer.changed.wait(timeout=_POLL_S):
                 if worker.is_alive():
                     continue
                 break  # worker died without ending the stream (should not happen: it ends it on error)
-            if chunk is streamer.stop_signal:
+            streamer.changed.clear()
+            done = streamer.finished.is_set()  # read before the ids: every token is in them once this is set
+            ids = streamer.ids[: streamer.n_tokens]  # a consistent snapshot (the worker only appends)
+            full = tokenizer.decode(ids, skip_special_tokens=True) if ids else ""
+            if done:  # the rest of the text goes out with the final update (done=True)
+                tail, text = full[len(text):], full
                 break
-            if not chunk:
-                continue
-            text += chunk
-            yield _update(text, chunk, streamer, t0, prompt_len, max_new, notes)
+            shown = _printable(full)
+            if len(shown) > len(text):
+                chunk, text = shown[len(text):], shown
+                yield _update(text, chunk, streamer, t0, prompt_len, max_new, notes)
+                # let tokens gather: one decode and one UI update per interval, not per token (no wait before the
+                # first word or while a word is incomplete, so the time to first text is not delayed)
+                streamer.finished.wait(_MIN_UPDATE_S)  # ...but the end is never waited for
         worker.join()
         if "error" in result:
             exc = result["error"]
@@ -307,7 +343,7 @@ def stream_generate(
             reason = "length"
         else:
             reason = "stopped"  # the stop event or a stop string
-        final = _update(text, "", streamer, t0, prompt_len, max_new, notes)
+        final = _update(text, tail, streamer, t0, prompt_len, max_new, notes)
         final.n_tokens = n
         final.tokens_per_s = _decode_speed(n, streamer.first_token_at, time.perf_counter())
         final.done = True

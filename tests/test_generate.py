@@ -59,8 +59,18 @@ def plain_generate(loaded: LoadedModel, question: str, max_new_tokens: int) -> s
     return loaded.tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
-def test_stream_is_incremental_and_concatenates_to_the_final_text(loaded):
+def test_stream_is_incremental_and_concatenates_to_the_final_text(loaded, monkeypatch):
+    import engine.generate as gen_mod
+
+    forward = loaded.model.forward
+
+    def slow_forward(*args, **kwargs):
+        time.sleep(2 * gen_mod._MIN_UPDATE_S)  # slower than one update interval, as a big model: word by word
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(loaded.model, "forward", slow_forward)
     updates = list(stream_generate(loaded, "what color is the sky", GREEDY))
+    monkeypatch.undo()
     final = updates[-1]
     assert final.done and not any(u.done for u in updates[:-1])
     assert len(updates) >= 4  # word by word
@@ -73,6 +83,17 @@ def test_stream_is_incremental_and_concatenates_to_the_final_text(loaded):
     assert final.ttft is not None and final.ttft <= final.elapsed
     assert final.tokens_per_s and final.tokens_per_s > 0
     assert final.peak_gib and final.peak_gib > 0
+    assert all(not u.text or u.text.endswith((" ", "\n")) for u in updates[:-1])  # never half a word
+
+
+def test_fast_generation_is_not_slowed_by_one_update_per_token(loaded):
+    import engine.generate as gen_mod
+
+    updates = list(stream_generate(loaded, "what color is the sky", GREEDY))
+    final = updates[-1]
+    # updates are throttled to one per interval: the count follows the clock, not the number of tokens
+    assert len(updates) <= final.elapsed / gen_mod._MIN_UPDATE_S + 3
+    assert "".join(u.new_text for u in updates) == final.text == "the sky is blue and the sun is bright"
     assert [u.n_tokens for u in updates[:-1]] == sorted(u.n_tokens for u in updates[:-1])
 
 
