@@ -225,6 +225,10 @@ def _resolve(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int = 0) 
             # The run's config.yaml was validated against the path policy when the run was created, and
             # an adapter_config written by our trainer names a folder it loaded: trust both here.
             base = _resolve(base_ref, runs_dir, True, depth + 1)
+            if base.adapter_dir is not None and base.base is not None:
+                # A LoRA run trained on another LoRA run continued that run's adapter (engine/train.py
+                # `_continue_adapter`), so its adapter already holds the first one: both share the first base.
+                base = base.base
             return _Source(
                 base.location,
                 base.is_local,

@@ -119,6 +119,29 @@ def _apply_lora(model: Any, lora: LoraSettings) -> Any:
     return get_peft_model(model, config)
 
 
+def _is_peft(model: Any) -> bool:
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def _continue_adapter(model: Any, events: EventLog) -> Any:
+    """Train the adapter of a previous LoRA run further (base_model = run:NAME), instead of stacking a second
+    adapter on it: the result is one adapter on the first run's base (engine/loaders.py resolves it so).
+    The adapter keeps its own shape (rank, alpha, targets): the form's LoRA settings do not apply."""
+    n = 0
+    for name, param in model.named_parameters():
+        if "lora_" in name:
+            param.requires_grad_(True)
+            n += param.numel()
+    if n == 0:
+        raise ConfigError("base_model", "run:…", "a run whose adapter has LoRA weights to continue")
+    peft_cfg = model.peft_config[model.active_adapter]
+    events.write("phase", phase=f"continuing the previous run's adapter (r={peft_cfg.r}, alpha={peft_cfg.lora_alpha}, "
+                 f"{n:,} trainable weights); the LoRA settings of this form are not used")
+    return model
+
+
 def _build_scratch(cfg: TrainConfig, texts: list[str]) -> tuple[Any, Any]:
     from .model import CompactForCausalLM, load_compact_preset
     from .tokenizer import train_tokenizer
@@ -315,9 +338,14 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
             model, use_gradient_checkpointing=cfg.grad_checkpointing, gradient_checkpointing_kwargs={"use_reentrant": False}
         )
     if cfg.method in ("qlora", "lora"):
-        model = _apply_lora(model, cfg.lora)
-    elif cfg.grad_checkpointing:
-        model.config.use_cache = False
+        model = _continue_adapter(model, events) if _is_peft(model) else _apply_lora(model, cfg.lora)
+    else:
+        if _is_peft(model):  # full fine-tune of a LoRA run: train the merged weights
+            events.write("phase", phase=f"merging the adapter of {cfg.base_model} into its base before the full fine-tune")
+            model = model.merge_and_unload()
+            model.requires_grad_(True)  # the adapter was loaded for inference, with every base weight frozen
+        if cfg.grad_checkpointing:
+            model.config.use_cache = False
 
     events.write("phase", phase="training")
     stop_cb = StopFileCallback(run_dir / "STOP")
