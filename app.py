@@ -323,8 +323,15 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
                                    use_env_token=False, runs_dir=jobs.runs_dir)
                     return f"✅ Pushed the {what} of **{name}** with a model card to [{url}]({url})", ""
 
+                def push_default(name):  # a full/scratch run has a model, not an adapter
+                    try:
+                        return "model" if name and jobs.status(name).output == "model" else "adapter"
+                    except EngineError:
+                        return gr.skip()
+
                 push_btn.click(on_push, [run_pick, push_repo, push_what, push_private, push_token], [push_result, push_token],
                                api_name="push_to_hub")
+                run_pick.change(push_default, [run_pick], [push_what], queue=False, show_progress="hidden", api_visibility="private")
             history = gr.Dataframe(headers=["run", "state", "method", "base", "data", "steps", "best eval loss", "task acc", "seconds",
                                             "memory pred/meas GiB", "resumable"], interactive=False, label="Run history", wrap=True)
     form = {**main, **train, **lora, **runf, **data}

@@ -380,3 +380,25 @@ def test_app_push_to_hub(runs, hub, caplog, monkeypatch):
         demo.close()
     assert gr is not None and TOKEN not in caplog.text
     assert_nowhere(TOKEN, runs)
+
+
+def test_the_real_client_reads_the_staged_folder_and_card(runs, hub, monkeypatch):
+    """huggingface_hub's own folder scan (offline part of upload_folder) follows the staged symlinks, and its
+    model-card parser reads our front matter."""
+    from huggingface_hub import HfApi, ModelCard
+
+    seen = {}
+
+    def upload_folder(*, repo_id, folder_path, **kw):
+        # README.md left out only because the real scan validates it over the network.
+        ops = HfApi()._prepare_upload_folder_additions(folder_path, "", ignore_patterns=["README.md"])
+        seen.update({op.path_in_repo: op.upload_info.size for op in ops})
+        seen["README.md"] = (Path(folder_path) / "README.md").read_text(encoding="utf-8")
+
+    monkeypatch.setattr(hub, "upload_folder", upload_folder)
+    run = adapter_run(runs, "r-real", method="lora", base_model="Qwen/Qwen2.5-0.5B")
+    push_run(run, "alice/real", token=TOKEN)
+    weights = run / "adapter" / "adapter_model.safetensors"
+    assert seen["adapter_model.safetensors"] == weights.stat().st_size > 0
+    card = ModelCard(seen["README.md"])
+    assert card.data.library_name == "peft" and card.data.base_model == "Qwen/Qwen2.5-0.5B" and "compact-llm-lab" in card.data.tags
