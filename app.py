@@ -300,6 +300,38 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
                 zip_btn = gr.Button("Download run (zip)", size="sm")
                 merge_btn = gr.Button("Merge adapter into a 16-bit model", size="sm")
             download = gr.File(label="Download", visible=False)
+            with gr.Accordion("Push to the Hugging Face Hub", open=False):
+                with gr.Row():
+                    push_repo = gr.Textbox(label="Repo id", placeholder="your-name/model-name", scale=3)
+                    push_what = gr.Radio(["adapter", "merged", "model"], value="adapter", label="What", scale=2,
+                                         info="adapter (LoRA/QLoRA), merged (after Merge adapter) or model (full / from scratch)")
+                    push_private = gr.Checkbox(value=True, label="Private", info="for a new repo", scale=1)
+                # The token is never returned to any output (the box is cleared after a push) and never read from the
+                # server's HF_TOKEN: on a shared link that would let anyone push with the owner's account.
+                push_token = gr.Textbox(type="password", label="Hugging Face token (write permission)", placeholder="hf_…",
+                                        info="Used for this push only: never stored, logged or shown.")
+                push_btn = gr.Button("Push to the Hub", size="sm")
+                push_result = gr.Markdown()
+
+                @ui_errors
+                def on_push(name, repo, what, private, token):
+                    from engine.hub_push import push_run
+
+                    if not name:
+                        raise gr.Error("Pick a finished run to push.")
+                    url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private),
+                                   use_env_token=False, runs_dir=jobs.runs_dir)
+                    return f"✅ Pushed the {what} of **{name}** with a model card to [{url}]({url})", ""
+
+                def push_default(name):  # a full/scratch run has a model, not an adapter
+                    try:
+                        return "model" if name and jobs.status(name).output == "model" else "adapter"
+                    except EngineError:
+                        return gr.skip()
+
+                push_btn.click(on_push, [run_pick, push_repo, push_what, push_private, push_token], [push_result, push_token],
+                               api_name="push_to_hub")
+                run_pick.change(push_default, [run_pick], [push_what], queue=False, show_progress="hidden", api_visibility="private")
             history = gr.Dataframe(headers=["run", "state", "method", "base", "data", "steps", "best eval loss", "task acc", "seconds",
                                             "memory pred/meas GiB", "resumable"], interactive=False, label="Run history", wrap=True)
     form = {**main, **train, **lora, **runf, **data}

@@ -11,7 +11,7 @@ import importlib
 import logging
 from typing import Any
 
-from .errors import ConfigError, DataError, EngineError, GenerationError, JobError, ModelLoadError
+from .errors import ConfigError, DataError, EngineError, GenerationError, HubError, JobError, ModelLoadError
 
 # bitsandbytes 0.50 logs a warning on CPU when the optional `kernels` package (which downloads from the Hub)
 # is missing; it then uses its own CPU kernels. Harmless, and alarming in a log a beginner reads: hide it.
@@ -32,6 +32,7 @@ _LAZY = {
     "run_training": "train",
     "JobManager": "jobs",
     "merge_adapter": "export",
+    "push_run": "hub_push",
 }
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "DataError",
     "EngineError",
     "GenerationError",
+    "HubError",
     "JobError",
     "ModelLoadError",
     *_LAZY,

@@ -1,4 +1,4 @@
-"""Command line: `python -m engine estimate|train|generate|prepare-builtin|merge|runs`.
+"""Command line: `python -m engine estimate|train|generate|prepare-builtin|merge|push|runs`.
 
 Every flag is generated from the config dataclasses (engine/config.py): the flag's help is the field's
 help text, choices come from its Literal type, and values are validated by the same __post_init__ the UI
@@ -159,6 +159,35 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_push(args: argparse.Namespace) -> int:
+    import getpass
+    import os
+
+    from .errors import HubError
+    from .hub_push import check_repo_id, hub_offline, push_run, push_source
+    from .runs import default_runs_dir, run_path
+
+    runs_dir = default_runs_dir()
+    run_dir = run_path(runs_dir, args.run)
+    # Everything checkable here is checked before asking for a token (nobody should type a secret to learn
+    # that the repo id has a typo).
+    check_repo_id(args.repo)
+    try:
+        push_source(run_dir, args.what)
+    except HubError:
+        if not (args.merge and args.what == "merged"):
+            raise
+    if hub_offline():
+        raise HubError("Offline mode is on (HF_HUB_OFFLINE=1): the Hub cannot be reached. Unset it to push.")
+    token = os.environ.get("HF_TOKEN", "").strip() or None
+    if token is None and sys.stdin.isatty():
+        token = getpass.getpass("Hugging Face token with write permission (input hidden): ").strip() or None
+    url = push_run(run_dir, args.repo, what=args.what, token=token, private=args.private, merge=args.merge,
+                   license=args.license, runs_dir=runs_dir)
+    print(f"pushed to {url}")
+    return 0
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     from .jobs import JobManager
     from .runs import default_runs_dir
@@ -205,6 +234,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="Merge a run's LoRA adapter into a 16-bit copy of its base model.")
     p.add_argument("run", help="Run name under the runs directory.")
     p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser(
+        "push", help="Push a finished run's adapter, merged model or model to the Hugging Face Hub, with a model card.",
+        description="Push a finished run to the Hugging Face Hub (the repo is created if missing) with a model card written "
+                    "from its config and metrics. The token is read from $HF_TOKEN, or asked for (hidden) in a terminal. "
+                    "There is deliberately no --token flag: a token on the command line stays in the shell history and "
+                    "is visible to other users in the process list.")
+    p.add_argument("--run", required=True, help="Run name under the runs directory.")
+    p.add_argument("--repo", required=True, help="Hub repo as owner/name, e.g. alice/qwen-dates-lora.")
+    p.add_argument("--what", choices=["adapter", "merged", "model"], default=None,
+                   help="adapter (LoRA/QLoRA runs), merged (their merged 16-bit copy) or model (full/scratch runs); "
+                        "default: the run's own output.")
+    vis = p.add_mutually_exclusive_group()
+    vis.add_argument("--private", dest="private", action="store_true", default=True, help="Create the repo private (default).")
+    vis.add_argument("--public", dest="private", action="store_false", help="Create the repo public.")
+    p.add_argument("--merge", action="store_true", help="With --what merged: merge the adapter first if it has not been merged.")
+    p.add_argument("--license", default=None, help="License id for the model card (e.g. apache-2.0); default: omitted.")
+    p.set_defaults(func=cmd_push)
 
     p = sub.add_parser("runs", help="List runs and their state.")
     p.set_defaults(func=cmd_runs)

@@ -39,3 +39,8 @@ class JobError(EngineError):
 
 class GenerationError(EngineError):
     """A generation request cannot be served (empty prompt, model not loaded...)."""
+
+
+class HubError(EngineError):
+    """A push to the Hugging Face Hub cannot be done or failed (no token, offline, no write access...).
+    Messages never contain the token."""
