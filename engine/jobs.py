@@ -9,10 +9,16 @@ exits) and kills the whole process tree if it has not exited after a grace perio
 
 Shared state: one JobManager per runs directory is created by app.py and shared by all sessions; its
 lock serializes start/stop so two clicks cannot start two jobs.
+
+Who may stop a run: with `owner_only=True` (the app on a public share link or a Space), a run started with an
+`owner` key (a random key the browser keeps in its local storage) can be stopped, resumed, retried or deleted
+only with that key; the key is stored hashed in `<run>/owner`. Runs started without a key (the CLI, a local
+app) can be controlled by anyone who can reach the app.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -27,6 +33,11 @@ from .errors import JobError
 from .runs import RunSummary, atomic_write_text, run_path, save_config, summarize
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _owner_hash(owner: str) -> str:
+    # only a hash lands in the run folder: a zipped or shared run does not give away the browser's key
+    return hashlib.sha256(owner.encode("utf-8")).hexdigest()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -71,8 +82,9 @@ def run_is_alive(run_dir: Path) -> bool:
 class JobManager:
     """Starts, stops and reports training runs under one runs directory."""
 
-    def __init__(self, runs_dir: Path, *, python: str | None = None, stop_grace_s: float = 20.0) -> None:
+    def __init__(self, runs_dir: Path, *, python: str | None = None, stop_grace_s: float = 20.0, owner_only: bool = False) -> None:
         self.runs_dir = Path(runs_dir)
+        self.owner_only = owner_only
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self.python = python or sys.executable
         self.stop_grace_s = stop_grace_s
@@ -122,8 +134,25 @@ class JobManager:
             name = f"{base}-{i}"
         return name
 
-    def start(self, cfg: TrainConfig) -> str:
-        """Start a new run; refuses while another run is going. Returns the run name."""
+    def may_control(self, name: str, owner: str | None) -> bool:
+        """May the holder of `owner` stop, resume, retry or delete run `name`? (See the module docstring.)"""
+        if not self.owner_only:
+            return True
+        try:
+            recorded = (run_path(self.runs_dir, name) / "owner").read_text(encoding="ascii").strip()
+        except OSError:
+            return True  # started without an owner key (CLI, local app)
+        return bool(owner) and _owner_hash(owner) == recorded
+
+    def check_control(self, name: str, owner: str | None, action: str) -> None:
+        """Raise JobError unless `owner` may act on run `name`."""
+        if not self.may_control(name, owner):
+            raise JobError(f"Run '{name}' was started from another browser: only that browser can {action} it. "
+                           "You can still watch it, and download or load it once it has finished.")
+
+    def start(self, cfg: TrainConfig, owner: str | None = None) -> str:
+        """Start a new run; refuses while another run is going. Returns the run name. `owner`: the key of the
+        browser that starts it (only that key may stop it when `owner_only`)."""
         with self._lock:
             busy = self.active()
             if busy:
@@ -134,6 +163,8 @@ class JobManager:
                 raise JobError(f"A run named '{name}' already exists. Pick another run name, or resume it from the run history.")
             run_dir.mkdir(parents=True, exist_ok=True)
             save_config(run_dir, cfg)
+            if owner:
+                atomic_write_text(run_dir / "owner", _owner_hash(owner) + "\n")
             self._launch(run_dir, resume=False)
             return name
 
@@ -149,7 +180,7 @@ class JobManager:
             self._launch(summary.path, resume=True)
             return name
 
-    def retry_smaller_batch(self, name: str) -> str:
+    def retry_smaller_batch(self, name: str, owner: str | None = None) -> str:
         """After an out-of-memory failure: a new run with half the micro batch and twice the accumulation
         (the same effective batch, so the same training recipe), named after the failed one."""
         import dataclasses
@@ -168,7 +199,7 @@ class JobManager:
             i += 1
             new_name = f"{base}-{i}"
         retry = dataclasses.replace(cfg, micro_batch_size=cfg.micro_batch_size // 2, grad_accum=cfg.grad_accum * 2, run_name=new_name)
-        return self.start(retry)
+        return self.start(retry, owner=owner)
 
     def _launch(self, run_dir: Path, *, resume: bool) -> None:
         cmd = [self.python, "-m", "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
