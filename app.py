@@ -330,12 +330,14 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         head = f"Effective batch **{cfg.micro_batch_size * cfg.grad_accum}** (micro batch {cfg.micro_batch_size} × accumulation {cfg.grad_accum})."
         if cfg.base_model.startswith("run:"):
             return head + " Memory prediction: shown once the run starts (the base comes from a previous run).", None
-        est = memory.estimate(query_from_train(cfg, dtype_name(dtype)))
-        if cfg.method == "distill":  # the student's training plus the frozen teacher's weights and logits
-            from engine.distill import teacher_memory_gib
+        if cfg.method == "distill":  # the student's training plus the frozen teacher (engine/distill.py)
+            from engine.distill import estimate_distill
 
-            extra = teacher_memory_gib(cfg, dtype_name(dtype)) or 0.0
-            est = dataclasses.replace(est, allocated_gib=est.allocated_gib + extra, total_gib=est.total_gib + extra)
+            est = estimate_distill(cfg, dtype_name(dtype))
+            if est is None:
+                return head + " Memory prediction: shown once the run starts (the teacher's architecture is not known yet).", None
+        else:
+            est = memory.estimate(query_from_train(cfg, dtype_name(dtype)))
         need = est.total_gib if device.kind == "cuda" else est.allocated_gib
         verdict = fit_verdict(need, device.total_gib)
         word = {"fits": "✅ fits", "tight": "⚠ tight", "no": "❌ does not fit"}[verdict]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -312,24 +313,49 @@ class DistillTrainer(Trainer):
 # --------------------------------------------------------------------------------------------------
 
 
-def teacher_memory_gib(cfg: TrainConfig, dtype: str, teacher_config_path: Path | None = None) -> float | None:
-    """What the frozen teacher adds to the student's training peak: its weights in `dtype` ("fp32" | "fp16" |
-    "bf16") and its logits for one micro-batch (kept while the student runs forward and backward). None when
-    the estimator cannot resolve the teacher (e.g. a Hub id offline)."""
+def estimate_distill(cfg: TrainConfig, dtype: str, *, student_config: Path | None = None, teacher_config: Path | None = None) -> Any:
+    """The estimator's `MemoryEstimate` for a distillation run in `dtype` ("fp32" | "fp16" | "bf16"), or None.
+
+    The estimator knows one model per query, so this adds two queries up: the student's full training (a
+    built-in student with the teacher's vocabulary, as it will be built: the embedding and the logits grow with
+    it) plus what the frozen teacher keeps during the student's step, its weights and its logits for one micro-batch.
+    None when an architecture is unknown offline (a Hub id without internet, a run before it is loaded).
+    """
     from .architecture import resolve
     from .config import MemoryQuery
+    from .handoff import query_from_train
     from .memory import estimate
+    from .model import load_compact_preset
 
-    ref = str(teacher_config_path) if teacher_config_path else cfg.teacher_model
-    if ref.startswith("run:"):
-        return None  # a run's architecture is known once it is loaded (the training run passes its config.json)
+    t_ref = str(teacher_config) if teacher_config else cfg.teacher_model
+    s_ref = str(student_config) if student_config else cfg.base_model
+    if t_ref.startswith("run:") or s_ref.startswith("run:"):
+        return None  # a run's architecture is read from its folder once loaded (the training run passes its config.json)
     try:
-        est = estimate(MemoryQuery(model=ref, task="inference", weight_precision=dtype, batch=cfg.micro_batch_size,
-                                   seq_len=cfg.max_seq_len, new_tokens=0))
-        vocab = resolve(ref).vocab
+        vocab = resolve(t_ref).vocab
+        teacher = estimate(MemoryQuery(model=t_ref, task="inference", weight_precision=dtype, batch=cfg.micro_batch_size,
+                                       seq_len=cfg.max_seq_len, new_tokens=0))
+        with tempfile.TemporaryDirectory() as tmp:
+            if not student_config and cfg.base_model.startswith("builtin:"):
+                config = load_compact_preset(cfg.base_model.split(":", 1)[1])
+                config.vocab_size = vocab
+                s_ref = str(Path(tmp) / "config.json")
+                config.to_json_file(s_ref)
+            student = estimate(query_from_train(cfg, dtype, s_ref))
     except EngineError as exc:
-        log.info("no memory prediction for the teacher: %s", exc)
+        log.info("no memory prediction for this distillation: %s", exc)
         return None
-    width = 4 if dtype == "fp32" else 2
-    logits = cfg.micro_batch_size * cfg.max_seq_len * vocab * width
-    return est.breakdown_gib.get("weights", 0.0) + logits / 2**30
+    logits = cfg.micro_batch_size * cfg.max_seq_len * vocab * (4 if dtype == "fp32" else 2)
+    extra = teacher.breakdown_gib.get("weights", 0.0) + logits / 2**30
+    return dataclasses.replace(student, allocated_gib=student.allocated_gib + extra, total_gib=student.total_gib + extra,
+                               notes=[*student.notes, f"Includes the frozen teacher {cfg.teacher_model}: {extra:.2f} GiB of weights and logits."])
+
+
+def predict_memory(cfg: TrainConfig, device: Any, dtype: torch.dtype, setup: DistillSetup) -> dict[str, Any] | None:
+    """The `memory` event of a distillation run (engine.train.predict_memory's format), None when unknown."""
+    from .device import dtype_name
+
+    est = estimate_distill(cfg, dtype_name(dtype), student_config=setup.student_config_path, teacher_config=setup.teacher_config_path)
+    if est is None:
+        return None
+    return {"predicted_gib": round(est.allocated_gib, 3), "predicted_total_gib": round(est.total_gib, 3), "device": device.name}

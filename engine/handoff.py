@@ -119,7 +119,7 @@ def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -
 def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path) -> None:
     """Reject browser-supplied configs that name server paths (model folders, arbitrary data files)."""
     check_ui_model_ref(cfg.base_model, runs_dir)
-    if cfg.method == "distill":
+    if cfg.teacher_model:  # checked even when unused (method is not distill): it is saved in the run's config
         try:
             check_ui_model_ref(cfg.teacher_model, runs_dir)
         except ConfigError as exc:

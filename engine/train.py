@@ -20,7 +20,7 @@ import torch
 
 from .callbacks import EventsCallback, StopAtLossCallback, StopFileCallback
 from .config import LoraSettings, QuantSettings, TrainConfig
-from .device import DeviceInfo, detect_device, dtype_name, peak_memory_gib, reset_peak, resolve_dtype
+from .device import DeviceInfo, detect_device, peak_memory_gib, reset_peak, resolve_dtype
 from .errors import ConfigError, EngineError, JobError
 from .runs import (
     EventLog,
@@ -301,12 +301,12 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         model_cfg_path = getattr(loaded, "config_path", None)
     tokenizer.padding_side = "right"  # training pads on the right; generation (loaders) uses left
 
-    pred = predict_memory(cfg, device, dtype, model_cfg_path)
-    if pred and cfg.method == "distill":
-        from .distill import teacher_memory_gib
+    if cfg.method == "distill":  # the student's training + the frozen teacher
+        from .distill import predict_memory as predict_distill_memory
 
-        extra = teacher_memory_gib(cfg, dtype_name(dtype), distill.teacher_config_path)  # None: no prediction rather than a low one
-        pred = {**pred, "predicted_gib": round(pred["predicted_gib"] + extra, 3), "predicted_total_gib": round(pred["predicted_total_gib"] + extra, 3)} if extra else None
+        pred = predict_distill_memory(cfg, device, dtype, distill)
+    else:
+        pred = predict_memory(cfg, device, dtype, model_cfg_path)
     if pred:
         events.write("memory", **pred)
 

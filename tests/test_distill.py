@@ -174,18 +174,20 @@ def test_cli_flags_and_saved_config(tmp_path, capsys):
 
 
 def test_memory_query_and_ui_checks(tmp_path):
-    from engine.distill import teacher_memory_gib
+    from engine.distill import estimate_distill
     from engine.handoff import check_ui_train_config, query_from_train
     from engine.memory import estimate
 
     cfg = TrainConfig(method="distill", base_model="builtin:compact-mini", teacher_model="builtin:compact-course", dataset="builtin:dates")
-    q = query_from_train(cfg, "fp32")
+    q = query_from_train(cfg, "fp32")  # the student alone: full training of the preset
     assert q.task == "full" and q.model == "builtin:compact-mini"
-    assert estimate(q).allocated_gib > 0
-    extra = teacher_memory_gib(cfg, "fp32")
-    assert extra is not None and extra > 0
-    assert teacher_memory_gib(cfg, "bf16") < extra  # 16-bit teacher weights and logits
-    assert teacher_memory_gib(TrainConfig(method="distill", teacher_model="run:some-run"), "fp32") is None
+    alone = estimate(q)
+    est = estimate_distill(cfg, "fp32")
+    # the student gets the teacher's 8192-token vocabulary (the preset has 2048) and the teacher's memory is added
+    assert est.params > alone.params and est.allocated_gib > alone.allocated_gib and est.total_gib > alone.total_gib
+    assert any("teacher" in n for n in est.notes)
+    assert estimate_distill(cfg, "bf16").allocated_gib < est.allocated_gib
+    assert estimate_distill(TrainConfig(method="distill", teacher_model="run:some-run"), "fp32") is None
     uploads = tmp_path / "_uploads"
     uploads.mkdir()
     check_ui_train_config(cfg, tmp_path, uploads)
@@ -264,7 +266,6 @@ def test_vocabulary_mismatch_is_a_clear_config_error():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_distill_run_end_to_end(runs_dir, monkeypatch):
     from engine import tasks
     from engine.generate import generate_text
@@ -312,3 +313,30 @@ def test_pretrained_student_with_the_teachers_vocabulary(runs_dir):
     assert done["type"] == "done" and (runs_dir / cfg.run_name / "model" / "config.json").exists()
     # the same weights as the teacher: the soft term starts at ~0
     assert done["final_loss"] < 10
+
+
+def test_stopped_distill_run_resumes(runs_dir):
+    """Stop after step 1 (a checkpoint of the student is saved), resume: the teacher is loaded again and the run finishes."""
+    from engine import callbacks
+    from engine.runs import read_events
+    from engine.train import run_training
+
+    cfg = TrainConfig(method="distill", base_model="builtin:compact-mini", teacher_model="builtin:compact-mini", dataset="builtin:instructions",
+                      max_steps=3, micro_batch_size=2, max_seq_len=32, logging_steps=1, save_steps=100, eval_fraction=0.0, run_name="t-distill-stop")
+    run_dir = runs_dir / cfg.run_name
+    orig = callbacks.StopFileCallback.on_step_end
+
+    def stop_at_1(self, args, state, control, **kw):
+        if state.global_step == 1:
+            self.stop_file.write_text("stop")
+        return orig(self, args, state, control, **kw)
+
+    callbacks.StopFileCallback.on_step_end = stop_at_1
+    try:
+        stopped = run_training(cfg, run_dir, runs_dir=runs_dir)
+    finally:
+        callbacks.StopFileCallback.on_step_end = orig
+    assert stopped["type"] == "stopped" and stopped["checkpoint"] == "checkpoint-1"
+    done = run_training(cfg, run_dir, runs_dir=runs_dir, resume=True)
+    assert done["type"] == "done" and done["steps"] == 3
+    assert [e["resumed_from"] for e in read_events(run_dir) if e["type"] == "start"] == [None, "checkpoint-1"]
