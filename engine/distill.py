@@ -43,7 +43,9 @@ from .runs import EventLog
 
 log = logging.getLogger("engine.distill")
 
-CHUNK_ROWS = 1024  # scored positions per chunk: 1024 x 152k vocab x 4 B x ~4 buffers ~ 2.3 GiB at worst, far less for small vocabularies
+# fp32 values per chunk buffer (rows x vocabulary): 16M x 4 B = 64 MiB, and about five such buffers live at once, so the
+# loss adds ~0.3 GiB at most whatever the vocabulary (110 rows of a 152k vocabulary, 8192 rows of a 2k one).
+CHUNK_ELEMENTS = 2**24
 
 
 # --------------------------------------------------------------------------------------------------
@@ -111,13 +113,14 @@ def distillation_loss(
     temperature: float,
     alpha: float,
     num_items_in_batch: torch.Tensor | int | None = None,
-    chunk_rows: int = CHUNK_ROWS,
+    chunk_rows: int | None = None,
 ) -> DistillLoss:
     """KD loss of a causal LM batch: logits (B, T, V) of both models, labels (B, T) with -100 = not scored.
 
     Position t's logits predict label t+1 (the causal shift the models' own losses apply). Only positions
     whose shifted label is not -100 count. The sums are divided by `num_items_in_batch` when given (the
     Trainer's count of scored tokens over the whole accumulated batch), else by the scored tokens here.
+    chunk_rows: positions computed at once (default: as many as fit CHUNK_ELEMENTS fp32 values per buffer).
     """
     if student_logits.shape[:-1] != labels.shape or teacher_logits.shape[:-1] != labels.shape:
         raise ValueError(f"logits {tuple(student_logits.shape)} / {tuple(teacher_logits.shape)} do not match labels {tuple(labels.shape)}")
@@ -134,7 +137,8 @@ def distillation_loss(
         return DistillLoss(zero, zero.detach(), zero.detach())
     if int(y.max()) >= s.shape[-1] or int(y.min()) < 0:
         raise EngineError(f"A label id ({int(y.max())}) is outside the {s.shape[-1]}-token vocabulary shared by student and teacher.")
-    total, kd_sum, ce_sum = _DistillSum.apply(s, t, y, float(temperature), float(alpha), max(1, int(chunk_rows)))
+    chunk = chunk_rows or CHUNK_ELEMENTS // s.shape[-1]
+    total, kd_sum, ce_sum = _DistillSum.apply(s, t, y, float(temperature), float(alpha), max(1, int(chunk)))
     denom = num_items_in_batch if num_items_in_batch is not None else n
     if torch.is_tensor(denom):
         denom = denom.to(total.device, torch.float32)
