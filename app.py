@@ -185,10 +185,10 @@ def build_estimator(upload_dir: Path) -> dict[str, Any]:
 # Panel 2: fine-tune
 # --------------------------------------------------------------------------------------------------
 
-FT_MAIN = ["method", "base_model", "dataset"]
+FT_MAIN = ["method", "base_model", "teacher_model", "dataset"]
 FT_TRAIN = ["max_steps", "epochs", "learning_rate", "lr_scheduler", "warmup_ratio", "micro_batch_size", "grad_accum", "max_seq_len",
             "precision", "grad_checkpointing", "optimizer", "weight_decay", "max_grad_norm", "seed", "eval_fraction", "train_on_prompt",
-            "stop_at_loss"]
+            "stop_at_loss", "distill_temperature", "distill_alpha"]
 FT_LORA = ["lora.r", "lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.use_dora", "quant.mode", "quant.quant_type",
            "quant.double_quant", "quant.compute_dtype"]
 FT_RUN = ["logging_steps", "save_steps", "save_total_limit", "run_name", "trust_remote_code"]
@@ -362,7 +362,14 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         head = f"Effective batch **{cfg.micro_batch_size * cfg.grad_accum}** (micro batch {cfg.micro_batch_size} × accumulation {cfg.grad_accum})."
         if cfg.base_model.startswith("run:"):
             return head + " Memory prediction: shown once the run starts (the base comes from a previous run).", None
-        est = memory.estimate(query_from_train(cfg, dtype_name(dtype)))
+        if cfg.method == "distill":  # the student's training plus the frozen teacher (engine/distill.py)
+            from engine.distill import estimate_distill
+
+            est = estimate_distill(cfg, dtype_name(dtype))
+            if est is None:
+                return head + " Memory prediction: shown once the run starts (the teacher's architecture is not known yet).", None
+        else:
+            est = memory.estimate(query_from_train(cfg, dtype_name(dtype)))
         need = est.total_gib if device.kind == "cuda" else est.allocated_gib
         verdict = fit_verdict(need, device.total_gib)
         word = {"fits": "✅ fits", "tight": "⚠ tight", "no": "❌ does not fit"}[verdict]

@@ -30,6 +30,7 @@ _LAZY = {
     "load_model": "loaders",
     "stream_generate": "generate",
     "run_training": "train",
+    "distillation_loss": "distill",
     "JobManager": "jobs",
     "merge_adapter": "export",
     "push_run": "hub_push",

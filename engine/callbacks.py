@@ -73,6 +73,8 @@ class EventsCallback(TrainerCallback):
             elapsed_s=round(elapsed, 1),
             eta_s=None if eta is None else round(eta, 1),
             mem_gib=None if mem is None else round(mem, 3),
+            # the two parts of a distillation loss (engine/distill.py), when there is one
+            **{k: _finite(logs[k]) for k in ("kd_loss", "ce_loss") if k in logs},
         )
 
 

@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_estimate_parser(sub)
 
-    p = sub.add_parser("train", help="Train (QLoRA / LoRA / full / from scratch) into a run folder.",
+    p = sub.add_parser("train", help="Train (QLoRA / LoRA / full / from scratch / distill) into a run folder.",
                        description="Train into a run folder. Fields come from --config YAML, overridden by flags.")
     p.add_argument("--config", help="YAML file with TrainConfig fields (a run's config.yaml).")
     p.add_argument("--run-dir", help="Run folder (default: <runs>/<run name>).")

@@ -301,7 +301,7 @@ class QuantSettings:
 # Training
 # --------------------------------------------------------------------------------------------------
 
-Method = Literal["qlora", "lora", "full", "scratch"]
+Method = Literal["qlora", "lora", "full", "scratch", "distill"]
 
 
 @dataclass
@@ -336,13 +336,31 @@ class TrainConfig:
 
     method: Method = opt(
         "lora",
-        "qlora: 4-bit base + LoRA; lora: 16/32-bit base + LoRA; full: update every weight; scratch: train a compact model from random weights with its own tokenizer.",
+        "qlora: 4-bit base + LoRA; lora: 16/32-bit base + LoRA; full: update every weight; scratch: train a compact model from random weights with its own tokenizer; "
+        "distill: train a compact student (base model) to imitate a teacher model's output distribution (knowledge distillation).",
         label="Method",
     )
     base_model: str = opt(
         "builtin:compact-mini",
-        "Built-in compact model (builtin:NAME), a finished run (run:NAME), a Hugging Face id, or a local model folder. For 'scratch' this names the compact preset (builtin:NAME).",
+        "Built-in compact model (builtin:NAME), a finished run (run:NAME), a Hugging Face id, or a local model folder. For 'scratch' this names the compact preset (builtin:NAME); for 'distill' it is the student.",
         label="Base model",
+    )
+    teacher_model: str = opt(
+        "",
+        "Teacher for method 'distill' (ignored otherwise): a built-in model (builtin:NAME), a finished run (run:NAME), a Hugging Face id or "
+        "a local model folder. It is frozen and loaded unquantized in the compute dtype. The student is the base model: builtin:NAME builds "
+        "that compact preset from random weights with the teacher's tokenizer; any other model must share the teacher's vocabulary.",
+        label="Teacher model (distill)",
+    )
+    distill_temperature: float = opt(
+        2.0, "Distillation temperature T: both models' logits are divided by T before the softmax; T > 1 exposes the teacher's "
+        "'dark knowledge' (how it ranks the wrong tokens). The soft term is multiplied by T^2 to keep its gradients comparable.",
+        min=0.1, max=20.0, step=0.1, label="Distillation temperature",
+    )
+    distill_alpha: float = opt(
+        0.5, "Weight of the soft term: loss = alpha * T^2 * KL(teacher || student) + (1 - alpha) * cross-entropy on the labels. "
+        "1 = imitate the teacher only, 0 = ordinary training on the data.",
+        min=0.0, max=1.0, step=0.05, label="Distillation alpha",
     )
     dataset: str = opt(
         "builtin:instructions",
@@ -412,12 +430,15 @@ class TrainConfig:
             raise ConfigError("quant.mode", self.quant.mode, "none, 8bit or 4bit for training (int8-dynamic is for CPU inference only)")
         if self.method == "qlora" and self.quant.mode != "4bit":
             self.quant = dataclasses.replace(self.quant, mode="4bit")  # QLoRA is LoRA on a 4-bit base, by definition
-        if self.method in ("full", "scratch") and self.quant.mode != "none":
-            raise ConfigError("quant.mode", self.quant.mode, "none for full fine-tuning / from scratch (quantized weights cannot be trained; use qlora or lora)")
+        if self.method in ("full", "scratch", "distill") and self.quant.mode != "none":
+            raise ConfigError("quant.mode", self.quant.mode, "none for full fine-tuning / from scratch / distill (quantized weights cannot be trained; use qlora or lora)")
         if self.method == "lora" and self.quant.mode == "4bit":
             raise ConfigError("quant.mode", self.quant.mode, "none or 8bit with method 'lora' (LoRA on a 4-bit base is method 'qlora')")
         if self.method == "scratch" and not self.base_model.startswith("builtin:"):
             raise ConfigError("base_model", self.base_model, "a built-in compact preset (builtin:NAME) when method is 'scratch'")
+        self.teacher_model = self.teacher_model.strip()
+        if self.method == "distill" and not self.teacher_model:
+            raise ConfigError("teacher_model", self.teacher_model, "a teacher for method 'distill': builtin:NAME, run:NAME, a Hugging Face id or a model folder")
         name = self.run_name.strip()
         if name and (not all(c.isalnum() or c in "-_." for c in name) or name.startswith(".")):
             raise ConfigError("run_name", self.run_name, "letters, digits, '-', '_' and '.' only (it becomes a folder name)")

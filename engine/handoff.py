@@ -64,7 +64,8 @@ def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None) -> 
     tp = {"fp32": "fp32", "fp16": "amp-fp16", "bf16": "amp-bf16"}[dtype]
     return MemoryQuery(
         model=model or cfg.base_model,
-        task="full" if cfg.method == "scratch" else cfg.method,
+        # distill: the student trains in full; the frozen teacher is added by engine.distill.teacher_memory_gib
+        task="full" if cfg.method in ("scratch", "distill") else cfg.method,
         weight_precision=wp,
         double_quant=cfg.quant.double_quant,
         training_precision=tp,
@@ -118,6 +119,11 @@ def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -
 def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path) -> None:
     """Reject browser-supplied configs that name server paths (model folders, arbitrary data files)."""
     check_ui_model_ref(cfg.base_model, runs_dir)
+    if cfg.teacher_model:  # checked even when unused (method is not distill): it is saved in the run's config
+        try:
+            check_ui_model_ref(cfg.teacher_model, runs_dir)
+        except ConfigError as exc:
+            raise ConfigError("teacher_model", cfg.teacher_model, exc.allowed) from None
     for name in ("dataset", "eval_dataset"):
         ref = getattr(cfg, name)
         if not ref or ref.startswith(("builtin:", "hub:")):  # hub:owner/name is checked by TrainConfig

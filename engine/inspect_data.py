@@ -7,6 +7,7 @@ Answers "what will my model actually be trained on?" before a run starts, with t
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ def _tokenizer_for(cfg: TrainConfig, runs_dir: Path, texts: list[str]) -> tuple[
     from .model import load_compact_preset
     from .tokenizer import train_tokenizer
 
+    if cfg.method == "distill" and cfg.base_model.startswith("builtin:"):  # a built-in student gets the teacher's tokenizer
+        cfg = dataclasses.replace(cfg, method="full", base_model=cfg.teacher_model)
     if cfg.method == "scratch" or cfg.base_model.startswith("builtin:"):
         if cfg.method != "scratch":
             try:

@@ -1,4 +1,4 @@
-"""The one training path behind every method: QLoRA, LoRA, full fine-tune, and from scratch.
+"""The one training path behind every method: QLoRA, LoRA, full fine-tune, from scratch, and distillation.
 
 Built on transformers' Trainer (checkpointing, resume_from_checkpoint, accumulation, AMP, gradient
 checkpointing) and peft. Runs headless as `python -m engine train --config run.yaml [--resume]`; the app
@@ -170,8 +170,9 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
         quant = dataclasses.replace(cfg.quant, compute_dtype=cfg.precision)
     else:
         quant = QuantSettings(mode="none", compute_dtype=cfg.precision)
-    # Full fine-tuning with fp16 AMP needs fp32 master weights; everything else loads in the compute dtype.
-    load_dtype = torch.float32 if (cfg.method == "full" and dtype == torch.float16) else dtype
+    # Full fine-tuning (a pretrained distill student too) with fp16 AMP needs fp32 master weights; everything else
+    # loads in the compute dtype.
+    load_dtype = torch.float32 if (cfg.method in ("full", "distill") and dtype == torch.float16) else dtype
     return load_model(cfg.base_model, quant, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=load_dtype, cache=False)
 
 
@@ -310,6 +311,12 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         model, tokenizer = _build_scratch(cfg, record_texts(train_records(cfg)))
         max_len = min(cfg.max_seq_len, model.config.max_position_embeddings)
         model_cfg_path = None
+    elif cfg.method == "distill":
+        from .distill import prepare_models
+
+        distill = prepare_models(cfg, runs_dir, dtype, events, lambda: _load_for_training(cfg, runs_dir, device, dtype, events))
+        model, tokenizer, model_cfg_path = distill.student, distill.tokenizer, distill.student_config_path
+        max_len = min(cfg.max_seq_len, distill.context)
     else:
         loaded = _load_for_training(cfg, runs_dir, device, dtype, events)
         model, tokenizer = loaded.model, loaded.tokenizer
@@ -317,7 +324,12 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         model_cfg_path = getattr(loaded, "config_path", None)
     tokenizer.padding_side = "right"  # training pads on the right; generation (loaders) uses left
 
-    pred = predict_memory(cfg, device, dtype, model_cfg_path)
+    if cfg.method == "distill":  # the student's training + the frozen teacher
+        from .distill import predict_memory as predict_distill_memory
+
+        pred = predict_distill_memory(cfg, device, dtype, distill)
+    else:
+        pred = predict_memory(cfg, device, dtype, model_cfg_path)
     if pred:
         events.write("memory", **pred)
 
@@ -325,7 +337,9 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     train_ds, eval_ds, _ = _prepare_data(cfg, tokenizer, max_len, events)
 
     score_task = cfg.dataset == "builtin:dates" and cfg.method != "scratch" and checkpoint is None
-    if score_task:
+    if score_task and cfg.method == "distill":
+        _task_score(distill.teacher, tokenizer, events, "teacher")  # the score the student is chasing
+    if score_task and not (cfg.method == "distill" and cfg.base_model.startswith("builtin:")):  # random weights score ~0: skip
         _task_score(model, tokenizer, events, "before")
 
     if cfg.method == "qlora" or (cfg.method == "lora" and cfg.quant.mode == "8bit"):
@@ -350,7 +364,12 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     events.write("phase", phase="training")
     stop_cb = StopFileCallback(run_dir / "STOP")
     events_cb = EventsCallback(events, device, mirror=mirror)
-    trainer = Trainer(
+    trainer_cls, extra_args = Trainer, {}
+    if cfg.method == "distill":
+        from .distill import DistillTrainer
+
+        trainer_cls, extra_args = DistillTrainer, {"distill": distill, "temperature": cfg.distill_temperature, "alpha": cfg.distill_alpha}
+    trainer = trainer_cls(
         model=model,
         args=_training_args(cfg, run_dir, device, dtype, has_eval=bool(eval_ds)),
         train_dataset=train_ds,
@@ -358,6 +377,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100, pad_to_multiple_of=8),
         processing_class=tokenizer,
         callbacks=[events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events)],
+        **extra_args,
     )
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     peak = max(events_cb.peak_gib, peak_memory_gib(device) or 0.0)
