@@ -30,6 +30,7 @@ class EventsCallback(TrainerCallback):
         self.last_t = self.t0
         self.last_tokens = 0
         self.peak_gib = 0.0
+        self.last_eval: tuple[int, float] | None = None  # (step, eval loss) of the latest evaluation
 
     def _write(self, type_: str, **data: Any) -> None:
         self.events.write(type_, **data)
@@ -46,6 +47,7 @@ class EventsCallback(TrainerCallback):
         now = time.time()
         if "eval_loss" in logs:
             loss = logs["eval_loss"]
+            self.last_eval = (state.global_step, loss)
             self._write("eval", step=state.global_step, eval_loss=loss, perplexity=_ppl(loss))
             return
         if "loss" not in logs:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import shutil
 import time
 from pathlib import Path
@@ -389,8 +388,11 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
 
     eval_loss = None
     if eval_ds:
-        eval_loss = trainer.evaluate().get("eval_loss")
-        events.write("eval", step=trainer.state.global_step, eval_loss=eval_loss, perplexity=math.exp(eval_loss) if eval_loss and eval_loss < 50 else None)
+        # the final eval loss: the periodic evaluation's when it ran at the last step, else one more evaluation
+        # (EventsCallback writes its `eval` event either way)
+        if events_cb.last_eval is None or events_cb.last_eval[0] != trainer.state.global_step:
+            trainer.evaluate()
+        eval_loss = events_cb.last_eval[1] if events_cb.last_eval else None
     if score_task:
         if cfg.method == "qlora":
             from .bnb_safety import prepare_for_training
