@@ -166,3 +166,21 @@ def test_reader_survives_a_torn_last_record(tmp_path):
     (path,) = tmp_path.glob("*tfevents*")
     path.write_bytes(path.read_bytes() + b"\x10\x00\x00")  # a run killed mid-write
     assert read_logdir(tmp_path).scalars == {"a/b": [(3, 1.5)]}
+
+
+def test_resume_purges_what_a_killed_run_logged_after_its_checkpoint(tmp_path):
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from engine.device import detect_device
+    from engine.tensorboard_log import TensorBoardLogCallback, _records
+
+    cb = TensorBoardLogCallback(tmp_path / "tb", detect_device(), config_text="method: lora\n")
+    state = TrainerState()
+    state.global_step = 4  # resumed from checkpoint-4
+    cb.on_train_begin(TrainingArguments(output_dir=str(tmp_path), report_to="none"), state, TrainerControl())
+    cb.close()
+    (path,) = (tmp_path / "tb").glob("*tfevents*")
+    starts = [e.step for e in map(Event.FromString, _records(path)) if e.session_log.status == SessionLog.START]
+    assert starts == [5]  # TensorBoard hides steps >= 5 of older files: the resumed run logs them again
+    assert read_logdir(tmp_path / "tb").texts["config/text_summary"][0][0] == 4
