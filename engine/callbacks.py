@@ -1,21 +1,25 @@
 """Trainer callbacks: progress events for the UI, and a cooperative stop that saves before exiting.
 
-transformers' Trainer already does the loop, accumulation, AMP, checkpointing and resume; these two
+transformers' Trainer already does the loop, accumulation, AMP, checkpointing and resume; these
 callbacks only *report* (events.jsonl, polled by the UI) and *listen* (a STOP file dropped by the job
-manager), which the Trainer has no notion of.
+manager), which the Trainer has no notion of. Early stopping is transformers' own callback, with an event
+added so the UI's log says why a run ended early. (TensorBoard logging: engine/tensorboard_log.py.)
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers import EarlyStoppingCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from .device import DeviceInfo, peak_memory_gib
 from .runs import EventLog
+
+log = logging.getLogger("engine.train")
 
 
 class EventsCallback(TrainerCallback):
@@ -92,6 +96,37 @@ class StopAtLossCallback(TrainerCallback):
         if self.threshold > 0 and loss is not None and loss <= self.threshold and not control.should_training_stop:
             self.events.write("phase", phase=f"loss {loss:.4f} reached the stop-at-loss threshold {self.threshold}: finishing")
             control.should_training_stop = True
+
+
+class EvalPatienceCallback(EarlyStoppingCallback):
+    """transformers' EarlyStoppingCallback (stop once eval loss has not improved for `patience` evaluations
+    in a row), writing an `early_stop` event and a phase when it fires.
+
+    It needs `metric_for_best_model="eval_loss"` (train.py sets it) but deliberately not
+    `load_best_model_at_end`: that option demands save_steps be a multiple of eval_steps and reloads a
+    checkpoint that only exists when an evaluation fell on a save step, so we keep the model at the stop
+    and report the best step (whose checkpoint save_total_limit then never deletes, see Trainer's
+    best_model_checkpoint). The parent only warns about the missing option in train.log.
+    """
+
+    def __init__(self, patience: int, events: EventLog) -> None:
+        super().__init__(early_stopping_patience=patience)
+        self.events = events
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, metrics: dict | None = None, **kw: Any) -> None:
+        already = control.should_training_stop
+        # state.best_metric is still the best *before* this evaluation (Trainer updates it afterwards).
+        best_before, best_step = state.best_metric, state.best_global_step
+        super().on_evaluate(args, state, control, metrics=metrics or {}, **kw)
+        if not control.should_training_stop or already or not state.is_world_process_zero:
+            return
+        loss = _finite((metrics or {}).get("eval_loss"))
+        message = (f"early stopping: eval loss has not improved for {self.early_stopping_patience} evaluation(s) "
+                   f"(now {loss:.4f}, best {best_before:.4f} at step {best_step}); finishing at step {state.global_step}")
+        self.events.write("early_stop", step=state.global_step, eval_loss=loss, best_eval_loss=_finite(best_before),
+                          best_step=best_step, patience=self.early_stopping_patience)
+        self.events.write("phase", phase=message)
+        log.warning(message)
 
 
 class StopFileCallback(TrainerCallback):

@@ -29,7 +29,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, prefix: st
     for spec in field_specs(cls):
         if spec.name in skip:
             continue
-        help_text = spec.help + f" (default: {spec.default})"
+        help_text = (spec.help + f" (default: {spec.default})").replace("%", "%%")  # argparse formats help with %
         kwargs: dict[str, Any] = {"dest": prefix + spec.name, "default": None, "help": help_text}
         if spec.type is bool:
             kwargs["action"] = argparse.BooleanOptionalAction

@@ -410,10 +410,23 @@ class TrainConfig:
     logging_steps: int = opt(5, "Write a progress event every N optimizer steps.", min=1, max=100_000, step=1, label="Log every")
     save_steps: int = opt(50, "Save a resumable checkpoint every N optimizer steps.", min=1, max=1_000_000, step=1, label="Checkpoint every")
     save_total_limit: int = opt(2, "Keep only the last K checkpoints.", min=1, max=100, step=1, label="Keep checkpoints")
+    eval_steps: int = opt(
+        0, "Measure the eval loss (and log sample generations) every N optimizer steps; 0 = at every checkpoint (save steps). "
+        "Evaluating costs a pass over the eval set.", min=0, max=1_000_000, step=1, label="Eval every",
+    )
     eval_fraction: float = opt(0.1, "Fraction of the data held out to measure eval loss (0 = none).", min=0.0, max=0.5, step=0.01, label="Eval fraction")
     train_on_prompt: bool = opt(False, "Also compute the loss on prompt tokens (default: responses only).", label="Train on prompt")
     stop_at_loss: float = opt(0.0, "Finish early (saving the model) once the logged training loss is at or below this value; 0 = off.",
                               min=0.0, max=100.0, label="Stop at loss")
+    early_stopping_patience: int = opt(
+        0, "Finish early (saving the model) when the eval loss has not improved for this many evaluations in a row; 0 = off. "
+        "Needs an eval set (eval fraction > 0 or an eval dataset). The saved model is the one at the stop; the checkpoint of the "
+        "best evaluation is kept when one was saved at that step.", min=0, max=1000, step=1, label="Early stopping patience",
+    )
+    sample_generations: bool = opt(
+        True, "At each evaluation, log a short greedy continuation of 2 eval prompts to TensorBoard (Text tab) and to the run's events.",
+        label="Sample generations",
+    )
     quant: QuantSettings = opt(QuantSettings(), "Quantization of the frozen base model: 4bit for qlora (set automatically), none or 8bit for lora.")
     lora: LoraSettings = opt(LoraSettings(), "LoRA adapter settings (qlora / lora).")
     trust_remote_code: bool = opt(False, "Run Python code shipped with a Hub model. Only for models you trust.", label="Trust remote code")
@@ -426,6 +439,9 @@ class TrainConfig:
         if not self.dataset.strip():
             raise ConfigError("dataset", self.dataset, "a built-in dataset name, hub:owner/name or an uploaded file")
         self._check_data_sources()
+        if self.early_stopping_patience > 0 and self.eval_fraction == 0 and not self.eval_dataset:
+            raise ConfigError("early_stopping_patience", self.early_stopping_patience,
+                              "0 (off) without an eval set: set an eval fraction > 0 or an eval dataset to stop on eval loss")
         if self.quant.mode == "int8-dynamic":
             raise ConfigError("quant.mode", self.quant.mode, "none, 8bit or 4bit for training (int8-dynamic is for CPU inference only)")
         if self.method == "qlora" and self.quant.mode != "4bit":

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .callbacks import EventsCallback, StopAtLossCallback, StopFileCallback
+from .callbacks import EvalPatienceCallback, EventsCallback, StopAtLossCallback, StopFileCallback
 from .config import LoraSettings, QuantSettings, TrainConfig
 from .device import DeviceInfo, detect_device, peak_memory_gib, reset_peak, resolve_dtype
 from .errors import ConfigError, EngineError, JobError
@@ -203,7 +203,8 @@ def _training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: t
     from transformers import TrainingArguments
 
     on_cpu = device.kind == "cpu"
-    eval_every = max(cfg.save_steps, cfg.logging_steps)
+    eval_every = cfg.eval_steps or cfg.save_steps  # 0 = evaluate with every checkpoint
+    patience = has_eval and cfg.early_stopping_patience > 0
     return TrainingArguments(
         output_dir=str(run_dir),
         per_device_train_batch_size=cfg.micro_batch_size,
@@ -229,6 +230,8 @@ def _training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: t
         save_total_limit=cfg.save_total_limit,
         eval_strategy="steps" if has_eval else "no",
         eval_steps=eval_every if has_eval else None,
+        metric_for_best_model="eval_loss" if patience else None,  # EarlyStoppingCallback compares this
+        greater_is_better=False if patience else None,
         seed=cfg.seed,
         data_seed=cfg.seed,
         report_to="none",
@@ -274,6 +277,14 @@ def _task_score(model: Any, tokenizer: Any, events: EventLog, when: str) -> None
     score = evaluate_task(model, tokenizer, date_items("test"))
     model.train(was_training)
     events.write("task_score", when=when, accuracy=score.accuracy, n=score.n, examples=[list(e) for e in score.examples[:3]])
+
+
+def _tensorboard_callback(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, tokenizer: Any, eval_ds: list, events: EventLog) -> Any:
+    from .runs import config_yaml
+    from .tensorboard_log import TB_DIRNAME, TensorBoardLogCallback, sample_prompts
+
+    prompts = sample_prompts(eval_ds) if cfg.sample_generations else []
+    return TensorBoardLogCallback(run_dir / TB_DIRNAME, device, tokenizer=tokenizer, prompts=prompts, config_text=config_yaml(cfg), events=events)
 
 
 def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: bool = False, mirror: EventLog | None = None) -> dict[str, Any]:
@@ -334,6 +345,10 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
 
     events.write("phase", phase="tokenizing the data")
     train_ds, eval_ds, _ = _prepare_data(cfg, tokenizer, max_len, events)
+    if cfg.early_stopping_patience > 0 and not eval_ds:
+        raise ConfigError("early_stopping_patience", cfg.early_stopping_patience,
+                          f"0 (off) here: no eval set was held out ({len(train_ds)} training examples; the eval fraction needs at least 10, "
+                          "or set an eval dataset)")
 
     score_task = cfg.dataset == "builtin:dates" and cfg.method != "scratch" and checkpoint is None
     if score_task and cfg.method == "distill":
@@ -363,6 +378,8 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     events.write("phase", phase="training")
     stop_cb = StopFileCallback(run_dir / "STOP")
     events_cb = EventsCallback(events, device, mirror=mirror)
+    tb_cb = _tensorboard_callback(cfg, run_dir, device, tokenizer, eval_ds, events)
+    extra = [EvalPatienceCallback(cfg.early_stopping_patience, events)] if cfg.early_stopping_patience > 0 else []
     trainer_cls, extra_args = Trainer, {}
     if cfg.method == "distill":
         from .distill import DistillTrainer
@@ -375,13 +392,14 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         eval_dataset=eval_ds or None,
         data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100, pad_to_multiple_of=8),
         processing_class=tokenizer,
-        callbacks=[events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events)],
+        callbacks=[events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events), tb_cb, *extra],
         **extra_args,
     )
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     peak = max(events_cb.peak_gib, peak_memory_gib(device) or 0.0)
 
     if stop_cb.stopped:
+        tb_cb.close()
         (run_dir / "STOP").unlink(missing_ok=True)
         last = last_complete_checkpoint(run_dir)
         return events.write("stopped", step=trainer.state.global_step, checkpoint=last.name if last else None, peak_gib=round(peak, 3))
@@ -399,6 +417,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
 
             prepare_for_training(model)
         _task_score(model, tokenizer, events, "after")
+    tb_cb.close()
 
     events.write("phase", phase="saving")
     output = "adapter" if cfg.method in ("qlora", "lora") else "model"
