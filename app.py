@@ -188,11 +188,11 @@ def build_estimator(upload_dir: Path) -> dict[str, Any]:
 FT_MAIN = ["method", "base_model", "teacher_model", "dataset"]
 FT_TRAIN = ["max_steps", "epochs", "learning_rate", "lr_scheduler", "warmup_ratio", "micro_batch_size", "grad_accum", "max_seq_len",
             "precision", "grad_checkpointing", "optimizer", "weight_decay", "max_grad_norm", "seed", "eval_fraction", "train_on_prompt",
-            "stop_at_loss", "early_stopping_patience", "distill_temperature", "distill_alpha"]
+            "stop_at_loss", "early_stopping_patience", "packing", "distill_temperature", "distill_alpha"]
 FT_LORA = ["lora.r", "lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.use_dora", "quant.mode", "quant.quant_type",
            "quant.double_quant", "quant.compute_dtype"]
 FT_RUN = ["logging_steps", "save_steps", "eval_steps", "save_total_limit", "sample_generations", "run_name", "trust_remote_code"]
-FT_DATA = ["hub_config", "hub_split", "columns", "too_long", "eval_dataset", "eval_split"]
+FT_DATA = ["hub_config", "hub_split", "columns", "too_long", "eval_dataset", "eval_split", "curriculum", "difficulty_column"]
 DATA_FILE_TYPES = [".jsonl", ".json", ".csv", ".txt", ".parquet"]
 # The offline first run: fully fine-tune the built-in compact model on the scored date task. Measured on a 2-core CPU:
 # ~2.5 min, date accuracy 0% -> 73% (LoRA on a 2M-parameter model needs several times more steps for the same skill).

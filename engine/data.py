@@ -22,8 +22,9 @@ the eos token, unless ``train_on_prompt``. Text rows are tokenized as they are, 
 
 Files are parsed here with the standard library rather than with `datasets.load_dataset`, because a person
 uploading a file needs to hear *which line* is broken and *which columns* were found, and because parsing
-a small upload must not write a cache folder. The result is plain Python lists; the trainer pads them
-with `transformers.DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100)`.
+a small upload must not write a cache folder. The result is plain Python lists; the trainer packs several
+short examples into each row (engine/packing.py) or pads them like
+`transformers.DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100)`.
 """
 
 from __future__ import annotations
@@ -193,6 +194,16 @@ def load_records(source: str, *, columns: dict[str, str] | None = None) -> Recor
     empty, unsupported extension, not UTF-8, binary, too big, invalid JSON on some line, no recognizable
     columns, or no usable row). Individually bad rows are dropped and listed in `RecordSet.dropped`.
     """
+    raw, unit, name = read_rows(source)
+    return _normalize(raw, unit, source, name, columns)
+
+
+def read_rows(source: str) -> tuple[list[tuple[int, Any]], str, str]:
+    """The raw rows of a built-in sample or local file, before normalization: ``(rows, unit, file name)``.
+
+    rows are ``(1-based position, value)`` pairs with every column the file has (normalization keeps only
+    the columns of the detected format; engine/curriculum.py reads a difficulty column from here).
+    """
     path = _resolve(source)
     kind = EXTENSIONS[path.suffix.lower()]
     if kind == "parquet":
@@ -210,7 +221,7 @@ def load_records(source: str, *, columns: dict[str, str] | None = None) -> Recor
             raw, unit = _parse_txt(text), "line"
     if not raw:
         raise DataError(f"{path.name} has no rows. Add at least one sample.")
-    return _normalize(raw, unit, source, path.name, columns)
+    return raw, unit, path.name
 
 
 def _display_name(source: str) -> str:

@@ -75,6 +75,8 @@ def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None) -> 
         lora_dropout=cfg.lora.dropout,
         batch=cfg.micro_batch_size,
         grad_accum=cfg.grad_accum,
+        # padded batches are at most max_seq_len long; packed rows (engine/packing.py) are filled up to it, so
+        # micro_batch x max_seq_len tokens per pass holds with packing too (then as the usual, not the worst, case)
         seq_len=cfg.max_seq_len,
         grad_ckpt=cfg.grad_checkpointing,
     )

@@ -70,6 +70,11 @@ def inspect_dataset(cfg: TrainConfig, runs_dir: Path, n_preview: int = 3) -> Dat
     summary = (f"**{records.format}** format from {records.summary().split(' from ', 1)[-1]} · {rep.summary()} · long rows: "
                f"{'truncated' if cfg.too_long == 'truncate' else 'dropped'} at {cfg.max_seq_len} tokens · loss on "
                f"{'prompt and response' if cfg.train_on_prompt else 'responses only'} · ⟦ ⟧ marks trained-on tokens (preview uses {which}).")
+    if cfg.packing:  # what the run will train on: rows holding several samples (engine/packing.py)
+        from .packing import pack_examples
+
+        _, packed = pack_examples(tok.examples, cfg.max_seq_len, keep_order=cfg.curriculum != "none")
+        summary += f" · packing: {packed.summary()}, before the eval split"
     hist = [{"tokens": k, "rows": v} for k, v in rep.length_histogram.items()]
     dropped = [[n, why] for n, why in list(records.dropped) + list(rep.dropped)]
     shown = preview(records, tokenizer, cfg.max_seq_len, n_preview, train_on_prompt=cfg.train_on_prompt, too_long=cfg.too_long)

@@ -234,6 +234,7 @@ def _training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: t
         greater_is_better=False if patience else None,
         seed=cfg.seed,
         data_seed=cfg.seed,
+        train_sampling_strategy="random" if cfg.curriculum == "none" else "sequential",  # a curriculum is never shuffled
         report_to="none",
         include_num_input_tokens_seen="non_padding",
         remove_unused_columns=False,
@@ -242,12 +243,14 @@ def _training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: t
     )
 
 
-def _prepare_data(cfg: TrainConfig, tokenizer: Any, max_len: int, events: EventLog) -> tuple[list, list, dict]:
+def _prepare_data(cfg: TrainConfig, tokenizer: Any, max_len: int, events: EventLog, pack: bool = False) -> tuple[list, list, dict]:
     from .data import chunk_corpus, record_texts, split_eval, tokenize_records
+    from .packing import arrange_train
     from .sources import eval_examples, train_records
 
     recordset = train_records(cfg)  # file, built-in or hub:..., after the column mapping
     chunked = cfg.method == "scratch" or recordset.format == "text"
+    tok = None
     if chunked:
         texts = record_texts(recordset)
         examples = chunk_corpus(texts, tokenizer, max_len)
@@ -265,8 +268,22 @@ def _prepare_data(cfg: TrainConfig, tokenizer: Any, max_len: int, events: EventL
     else:
         train, evals = split_eval(examples, cfg.eval_fraction, cfg.seed) if cfg.eval_fraction > 0 and len(examples) >= 10 else (examples, [])
     report.update({"train_examples": len(train), "eval_examples": len(evals)})
+    # curriculum order and packing (engine/packing.py); the eval set stays unpacked, its loss comparable across runs
+    train, arranged = arrange_train(cfg, train, examples=examples, recordset=recordset, report=tok.report if tok else None,
+                                    max_len=max_len, chunked=chunked, pack=pack)
+    report.update(arranged)
     events.write("data", **{k: v for k, v in report.items() if k != "dropped"}, dropped=len(report.get("dropped", []) or []))
     return train, evals, report
+
+
+def _packing_ok(model: Any, events: EventLog) -> bool:
+    """Whether the model keeps packed samples apart (engine/packing.py); otherwise say so and pad instead."""
+    from .packing import supports_packing
+
+    if supports_packing(model):
+        return True
+    events.write("phase", phase="packing turned off: this model attends across packed samples (it ignores packed position ids); padding instead")
+    return False
 
 
 def _task_score(model: Any, tokenizer: Any, events: EventLog, when: str) -> None:
@@ -293,7 +310,9 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     Raises EngineError subclasses for problems the user can fix; the caller (CLI) turns them into an
     `error` event and a clean exit code.
     """
-    from transformers import DataCollatorForSeq2Seq, Trainer
+    from transformers import Trainer
+
+    from .packing import PackingCollator
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -343,8 +362,9 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     if pred:
         events.write("memory", **pred)
 
+    pack = cfg.packing and _packing_ok(model, events) and (cfg.method != "distill" or _packing_ok(distill.teacher, events))
     events.write("phase", phase="tokenizing the data")
-    train_ds, eval_ds, _ = _prepare_data(cfg, tokenizer, max_len, events)
+    train_ds, eval_ds, _ = _prepare_data(cfg, tokenizer, max_len, events, pack=pack)
     if cfg.early_stopping_patience > 0 and not eval_ds:
         raise ConfigError("early_stopping_patience", cfg.early_stopping_patience,
                           f"0 (off) here: no eval set was held out ({len(train_ds)} training examples; the eval fraction needs at least 10, "
@@ -390,7 +410,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         args=_training_args(cfg, run_dir, device, dtype, has_eval=bool(eval_ds)),
         train_dataset=train_ds,
         eval_dataset=eval_ds or None,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100, pad_to_multiple_of=8),
+        data_collator=PackingCollator(tokenizer, pad_to_multiple_of=8),  # packed rows, or padded examples as before
         processing_class=tokenizer,
         callbacks=[events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events), tb_cb, *extra],
         **extra_args,
