@@ -32,6 +32,7 @@ _LAZY = {
     "run_training": "train",
     "JobManager": "jobs",
     "merge_adapter": "export",
+    "apply_recipe": "recipes",
 }
 
 __all__ = [

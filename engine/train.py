@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from . import distributed
 from .callbacks import EventsCallback, StopAtLossCallback, StopFileCallback
 from .config import LoraSettings, QuantSettings, TrainConfig
 from .device import DeviceInfo, detect_device, peak_memory_gib, reset_peak, resolve_dtype
@@ -76,7 +77,9 @@ def ensure_builtin(preset: str, runs_dir: Path, parent_events: EventLog | None =
     from .loaders import builtin_model_dir
 
     model_dir = builtin_model_dir(preset, runs_dir)
-    if (model_dir / "config.json").exists():
+    # Several processes: all ranks pretrain it together (run_training is rank-aware), so they must agree
+    # on whether it is needed (machines without a shared disk may disagree).
+    if not distributed.any_rank(not (model_dir / "config.json").exists()):
         return model_dir
     run_dir = model_dir.parent
     if parent_events is not None:
@@ -125,7 +128,8 @@ def _build_scratch(cfg: TrainConfig, texts: list[str]) -> tuple[Any, Any]:
 
     preset = cfg.base_model.split(":", 1)[1]
     config = load_compact_preset(preset)
-    tokenizer = train_tokenizer(texts, vocab_size=config.vocab_size)
+    # Several processes: rank 0's tokenizer for all, so every rank builds the same embedding shape.
+    tokenizer = distributed.broadcast_object(train_tokenizer(texts, vocab_size=config.vocab_size) if distributed.is_main_process() else None)
     tokenizer.model_max_length = config.max_position_embeddings
     config.vocab_size = len(tokenizer)
     config.bos_token_id = tokenizer.bos_token_id
@@ -262,21 +266,28 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     from transformers import DataCollatorForSeq2Seq, Trainer
 
     run_dir = Path(run_dir)
+    device = detect_device()
+    # Under `accelerate launch` (engine/distributed.py) every rank runs this function; rank 0 alone writes
+    # the run folder (EventLog and save_config check the rank) and the others wait for it where they read it.
+    distributed.init(cpu=device.kind == "cpu")
+    main = distributed.is_main_process()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "STOP").unlink(missing_ok=True)
+    removed: list[str] = []
+    if main:
+        (run_dir / "STOP").unlink(missing_ok=True)
+        if resume:
+            removed = discard_incomplete_checkpoints(run_dir)
+    distributed.barrier()  # ranks > 0 must not look for checkpoints while rank 0 deletes half-written ones
     events = EventLog(run_dir / "events.jsonl")
     save_config(run_dir, cfg)
-    checkpoint = None
-    if resume:
-        removed = discard_incomplete_checkpoints(run_dir)
-        checkpoint = last_complete_checkpoint(run_dir)
-        if removed:
-            log.warning("discarded incomplete checkpoints: %s", removed)
+    checkpoint = last_complete_checkpoint(run_dir) if resume else None
+    if removed:
+        log.warning("discarded incomplete checkpoints: %s", removed)
     t0 = time.time()
-    device = detect_device()
     dtype = resolve_dtype(cfg.precision, device)
     events.write("start", run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset,
-                 resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""))
+                 resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""),
+                 world_size=distributed.world_size())
     reset_peak(device)
 
     if cfg.method == "scratch":
@@ -303,7 +314,10 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
 
     score_task = cfg.dataset == "builtin:dates" and cfg.method != "scratch" and checkpoint is None
     if score_task:
-        _task_score(model, tokenizer, events, "before")
+        # Generation needs no other rank: rank 0 scores, the others wait (same model, same answer).
+        if main:
+            _task_score(model, tokenizer, events, "before")
+        distributed.barrier()
 
     if cfg.method == "qlora" or (cfg.method == "lora" and cfg.quant.mode == "8bit"):
         from peft import prepare_model_for_kbit_training
@@ -335,7 +349,9 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     peak = max(events_cb.peak_gib, peak_memory_gib(device) or 0.0)
 
     if stop_cb.stopped:
-        (run_dir / "STOP").unlink(missing_ok=True)
+        distributed.barrier()  # rank 0 may still be writing the stop checkpoint
+        if main:
+            (run_dir / "STOP").unlink(missing_ok=True)
         last = last_complete_checkpoint(run_dir)
         return events.write("stopped", step=trainer.state.global_step, checkpoint=last.name if last else None, peak_gib=round(peak, 3))
 
@@ -343,7 +359,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     if eval_ds:
         eval_loss = trainer.evaluate().get("eval_loss")
         events.write("eval", step=trainer.state.global_step, eval_loss=eval_loss, perplexity=math.exp(eval_loss) if eval_loss and eval_loss < 50 else None)
-    if score_task:
+    if score_task and main:
         if cfg.method == "qlora":
             from .bnb_safety import prepare_for_training
 
@@ -352,12 +368,14 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
 
     events.write("phase", phase="saving")
     output = "adapter" if cfg.method in ("qlora", "lora") else "model"
-    tmp = run_dir / f".{output}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    trainer.model.save_pretrained(str(tmp))
-    tokenizer.padding_side = "left"
-    tokenizer.save_pretrained(str(tmp))
-    atomic_replace_dir(tmp, run_dir / output)
+    if main:  # DDP keeps identical weights on every rank: one copy is saved
+        tmp = run_dir / f".{output}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        trainer.model.save_pretrained(str(tmp))
+        tokenizer.padding_side = "left"
+        tokenizer.save_pretrained(str(tmp))
+        atomic_replace_dir(tmp, run_dir / output)
+    distributed.barrier()  # no rank returns (or loads the output, see ensure_builtin) before it exists
     return events.write(
         "done",
         output=output,
