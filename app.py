@@ -29,6 +29,8 @@ from engine.config import GenerationSettings, MemoryQuery, QuantSettings, TrainC
 from engine.errors import EngineError
 from engine.handoff import check_ui_estimator_model, check_ui_model_ref, check_ui_train_config, train_values_from_query
 from engine.jobs import JobManager
+from engine.recipes import AUTO as AUTO_TIER
+from engine.recipes import tier_choices
 from engine.runs import config_yaml, log_tail, run_path
 
 BUILTIN_DATASETS = {
@@ -262,6 +264,11 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         with gr.Column(scale=2):
             main = make_inputs(TrainConfig, only=FT_MAIN, values=FT_DEFAULTS)
             main["base_model"] = main["base_model"]  # (kept for symmetry; choices set below)
+            with gr.Row(equal_height=True):  # hardware presets: engine/recipes.py adapts the tier's recipe to the model
+                preset = gr.Dropdown(choices=tier_choices(), value=AUTO_TIER, label="Hardware preset", scale=3,
+                                     info="Fills method, precision, batch, sequence length and optimizer for this card and the model above.")
+                preset_btn = gr.Button("Apply preset", scale=1)
+            preset_note = gr.Markdown(elem_id="finetune-preset-note")
             upload = gr.File(label="…or upload a dataset (.jsonl .json .csv .txt .parquet)", file_types=DATA_FILE_TYPES)
             with gr.Accordion("Data: Hub dataset, column mapping, long rows, eval set", open=False):
                 data = make_inputs(TrainConfig, only=FT_DATA, values=FT_DEFAULTS)
@@ -442,10 +449,21 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         return None, gr.update(choices=_run_choices(jobs), value=None), _history_rows(jobs)
 
     @ui_errors
+    def on_preset(tier, upload_path, *vals):
+        from engine.recipes import apply_recipe
+
+        current = dict(zip(names, vals[:-1], strict=True))  # the eval upload comes last
+        applied = apply_recipe(current, tier or AUTO_TIER, current["base_model"])
+        return [applied.explanation, *[gr.update(value=applied.values[n]) if n in applied.values else gr.skip() for n in names]]
+
+    @ui_errors
     def on_show_cmd(upload_path, *vals):
         cfg = config_of(upload_path, *vals)
+        from engine.distributed import launch_command
+
         text = (f"# save as run.yaml, then:\n#   python -m engine train --config run.yaml\n"
-                f"# several GPUs/processes:\n#   accelerate launch -m engine train --config run.yaml\n{config_yaml(cfg)}")
+                f"# on 2 GPUs (one process each; each step then sees 2x the effective batch; see docs/multi_gpu.md):\n"
+                f"#   {launch_command('run.yaml', 2)}\n{config_yaml(cfg)}")
         return gr.update(value=text, visible=True)
 
     @ui_errors
@@ -484,6 +502,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
     zip_btn.click(on_zip, [run_pick], [download], api_name="download_run")
     merge_btn.click(on_merge, [run_pick], None, api_name="merge_adapter", concurrency_limit=1, concurrency_id="gpu")
     show_cmd.click(on_show_cmd, form_inputs, [command], api_name="show_command")
+    preset_btn.click(on_preset, [preset, *form_inputs], [preset_note, *form.values()], api_name="apply_preset").then(
+        on_predict, form_inputs, [prediction], queue=False, show_progress="hidden")
     timer.tick(on_poll, [watched], [status, progress, plot, log, history], show_progress="hidden", queue=False)
     for comp in form.values():
         comp.change(on_predict, form_inputs, [prediction], queue=False, show_progress="hidden")

@@ -34,6 +34,7 @@ _LAZY = {
     "JobManager": "jobs",
     "merge_adapter": "export",
     "push_run": "hub_push",
+    "apply_recipe": "recipes",
 }
 
 __all__ = [

@@ -17,6 +17,7 @@ from typing import Any
 from transformers import EarlyStoppingCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from .device import DeviceInfo, peak_memory_gib
+from .distributed import any_rank
 from .runs import EventLog
 
 log = logging.getLogger("engine.train")
@@ -92,6 +93,7 @@ class StopAtLossCallback(TrainerCallback):
         self.events = events
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: dict | None = None, **kw: Any) -> None:
+        # The logged loss is already averaged over all ranks by the Trainer, so every rank decides alike.
         loss = _finite((logs or {}).get("loss"))
         if self.threshold > 0 and loss is not None and loss <= self.threshold and not control.should_training_stop:
             self.events.write("phase", phase=f"loss {loss:.4f} reached the stop-at-loss threshold {self.threshold}: finishing")
@@ -138,7 +140,10 @@ class StopFileCallback(TrainerCallback):
         self.stopped = False
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
-        if self.stop_file.exists():
+        # Several processes (accelerate launch): the file may appear between two ranks' checks, and a rank
+        # that stops alone leaves the others waiting in DDP's all-reduce for ever. Every rank reaches this
+        # point once per optimizer step, so one MAX all-reduce gives all of them the same answer.
+        if any_rank(self.stop_file.exists()):
             self.stopped = True
             control.should_save = True
             control.should_training_stop = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -66,6 +67,7 @@ def _merge(base: dict[str, Any], flat: dict[str, Any]) -> dict[str, Any]:
 def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
+    from .distributed import is_main_process as distributed_main
     from .runs import EventLog, default_runs_dir, run_path
     from .train import run_training
 
@@ -84,9 +86,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.run_dir:
         run_dir = Path(args.run_dir).resolve()
     else:
+        from . import distributed
+        from .device import detect_device
         from .jobs import JobManager
 
-        run_dir = run_path(runs_dir, JobManager(runs_dir).new_run_name(cfg))
+        # Under `accelerate launch` the default name (a timestamp) could differ between ranks: rank 0 picks it.
+        distributed.init(cpu=detect_device().kind == "cpu")
+        run_dir = run_path(runs_dir, distributed.broadcast_object(JobManager(runs_dir).new_run_name(cfg)))
     if args.print_config:
         from .runs import config_yaml
 
@@ -94,7 +100,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"run folder: {run_dir}", flush=True)
-    events = EventLog(run_dir / "events.jsonl")
+    _record_launched_pid(run_dir)
+    events = EventLog(run_dir / "events.jsonl", all_ranks=True)  # a failure of any rank must reach the UI
     try:
         result = run_training(cfg, run_dir, runs_dir=runs_dir, resume=args.resume)
     except EngineError as exc:
@@ -111,8 +118,22 @@ def cmd_train(args: argparse.Namespace) -> int:
             return 3
         events.write("error", kind="crash", message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
         raise
-    print(json.dumps(result, default=str), flush=True)
+    if distributed_main():
+        print(json.dumps(result, default=str), flush=True)
     return 0
+
+
+def _record_launched_pid(run_dir: Path) -> None:
+    """A run started by `accelerate launch` (not by the app's JobManager, which writes `<run>/pid` itself): rank 0
+    records its pid so that the app shows the run as running (not "killed"), refuses a second job meanwhile,
+    and can stop it (STOP file) or kill its process group."""
+    from . import distributed
+    from .jobs import _proc_start_time, run_is_alive
+    from .runs import atomic_write_text
+
+    if distributed.is_distributed() and distributed.is_main_process() and not run_is_alive(run_dir):
+        pid = os.getpid()
+        atomic_write_text(run_dir / "pid", f"{pid} {_proc_start_time(pid) or ''}\n")
 
 
 # --------------------------------------------------------------------------------------------------

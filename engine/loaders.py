@@ -503,7 +503,10 @@ def _load_uncached(
     if device_map is not None:
         kwargs["device_map"] = device_map
     elif device.kind == "cuda":
-        kwargs["device_map"] = {"": 0}
+        # One GPU per process under DDP (accelerate launch): rank k loads onto cuda:LOCAL_RANK, not all onto cuda:0.
+        from .distributed import local_rank
+
+        kwargs["device_map"] = {"": local_rank()}
     elif qconfig is not None:
         # bitsandbytes quantizes while placing weights; name the CPU so it does not look for a GPU.
         kwargs["device_map"] = {"": "cpu"}

@@ -88,8 +88,11 @@ def atomic_replace_dir(tmp_dir: Path, final_dir: Path) -> None:
 
 
 def save_config(run_dir: Path, cfg: TrainConfig) -> Path:
+    from .distributed import is_main_process
+
     path = Path(run_dir) / "config.yaml"
-    atomic_write_text(path, config_yaml(cfg))
+    if is_main_process():  # under a multi-process launch every rank calls this; one writer is enough
+        atomic_write_text(path, config_yaml(cfg))
     return path
 
 
@@ -119,15 +122,27 @@ def load_config(path: Path) -> TrainConfig:
 
 class EventLog:
     """Append-only JSON-lines writer. Each line is written with one write() call and flushed, so a
-    reader never sees a partial object except possibly the very last line (which readers skip)."""
+    reader never sees a partial object except possibly the very last line (which readers skip).
 
-    def __init__(self, path: Path, extra: dict[str, Any] | None = None) -> None:
+    Under a multi-process launch (engine/distributed.py) only rank 0 writes: the other ranks run the same
+    code, and their copies of each event would be duplicates. `all_ranks=True` is for the error log of the
+    CLI, where a failure of rank 1 alone must still reach the UI (tagged with its rank)."""
+
+    def __init__(self, path: Path, extra: dict[str, Any] | None = None, *, all_ranks: bool = False) -> None:
+        from .distributed import is_distributed, is_main_process, rank
+
         self.path = Path(path)
         self.extra = extra or {}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if all_ranks and is_distributed():
+            self.extra = {**self.extra, "rank": rank()}
+        self.enabled = all_ranks or is_main_process()
+        if self.enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, type_: str, **data: Any) -> dict[str, Any]:
         event = {"type": type_, "time": round(time.time(), 3), **self.extra, **data}
+        if not self.enabled:
+            return event  # a non-main rank: same return value, nothing written
         line = json.dumps(event, ensure_ascii=False, default=str) + "\n"
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from . import distributed
 from .callbacks import EvalPatienceCallback, EventsCallback, StopAtLossCallback, StopFileCallback
 from .config import LoraSettings, QuantSettings, TrainConfig
 from .device import DeviceInfo, detect_device, peak_memory_gib, reset_peak, resolve_dtype
@@ -75,7 +76,9 @@ def ensure_builtin(preset: str, runs_dir: Path, parent_events: EventLog | None =
     from .loaders import builtin_model_dir
 
     model_dir = builtin_model_dir(preset, runs_dir)
-    if (model_dir / "config.json").exists():
+    # Several processes: all ranks pretrain it together (run_training is rank-aware), so they must agree
+    # on whether it is needed (machines without a shared disk may disagree).
+    if not distributed.any_rank(not (model_dir / "config.json").exists()):
         return model_dir
     run_dir = model_dir.parent
     if parent_events is not None:
@@ -147,7 +150,8 @@ def _build_scratch(cfg: TrainConfig, texts: list[str]) -> tuple[Any, Any]:
 
     preset = cfg.base_model.split(":", 1)[1]
     config = load_compact_preset(preset)
-    tokenizer = train_tokenizer(texts, vocab_size=config.vocab_size)
+    # Several processes: rank 0's tokenizer for all, so every rank builds the same embedding shape.
+    tokenizer = distributed.broadcast_object(train_tokenizer(texts, vocab_size=config.vocab_size) if distributed.is_main_process() else None)
     tokenizer.model_max_length = config.max_position_embeddings
     config.vocab_size = len(tokenizer)
     config.bos_token_id = tokenizer.bos_token_id
@@ -315,21 +319,28 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     from .packing import PackingCollator
 
     run_dir = Path(run_dir)
+    device = detect_device()
+    # Under `accelerate launch` (engine/distributed.py) every rank runs this function; rank 0 alone writes
+    # the run folder (EventLog and save_config check the rank) and the others wait for it where they read it.
+    distributed.init(cpu=device.kind == "cpu")
+    main = distributed.is_main_process()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "STOP").unlink(missing_ok=True)
+    removed: list[str] = []
+    if main:
+        (run_dir / "STOP").unlink(missing_ok=True)
+        if resume:
+            removed = discard_incomplete_checkpoints(run_dir)
+    distributed.barrier()  # ranks > 0 must not look for checkpoints while rank 0 deletes half-written ones
     events = EventLog(run_dir / "events.jsonl")
     save_config(run_dir, cfg)
-    checkpoint = None
-    if resume:
-        removed = discard_incomplete_checkpoints(run_dir)
-        checkpoint = last_complete_checkpoint(run_dir)
-        if removed:
-            log.warning("discarded incomplete checkpoints: %s", removed)
+    checkpoint = last_complete_checkpoint(run_dir) if resume else None
+    if removed:
+        log.warning("discarded incomplete checkpoints: %s", removed)
     t0 = time.time()
-    device = detect_device()
     dtype = resolve_dtype(cfg.precision, device)
     events.write("start", run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset,
-                 resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""))
+                 resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""),
+                 world_size=distributed.world_size())
     reset_peak(device)
 
     if cfg.method == "scratch":
@@ -371,10 +382,13 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
                           "or set an eval dataset)")
 
     score_task = cfg.dataset == "builtin:dates" and cfg.method != "scratch" and checkpoint is None
-    if score_task and cfg.method == "distill":
-        _task_score(distill.teacher, tokenizer, events, "teacher")  # the score the student is chasing
-    if score_task and not (cfg.method == "distill" and cfg.base_model.startswith("builtin:")):  # random weights score ~0: skip
-        _task_score(model, tokenizer, events, "before")
+    if score_task:
+        # Generation needs no other rank: rank 0 scores, the others wait (same model, same answer).
+        if main and cfg.method == "distill":
+            _task_score(distill.teacher, tokenizer, events, "teacher")  # the score the student is chasing
+        if main and not (cfg.method == "distill" and cfg.base_model.startswith("builtin:")):  # random weights score ~0: skip
+            _task_score(model, tokenizer, events, "before")
+        distributed.barrier()
 
     if cfg.method == "qlora" or (cfg.method == "lora" and cfg.quant.mode == "8bit"):
         from peft import prepare_model_for_kbit_training
@@ -420,7 +434,9 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
 
     if stop_cb.stopped:
         tb_cb.close()
-        (run_dir / "STOP").unlink(missing_ok=True)
+        distributed.barrier()  # rank 0 may still be writing the stop checkpoint
+        if main:
+            (run_dir / "STOP").unlink(missing_ok=True)
         last = last_complete_checkpoint(run_dir)
         return events.write("stopped", step=trainer.state.global_step, checkpoint=last.name if last else None, peak_gib=round(peak, 3))
 
@@ -431,7 +447,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         if events_cb.last_eval is None or events_cb.last_eval[0] != trainer.state.global_step:
             trainer.evaluate()
         eval_loss = events_cb.last_eval[1] if events_cb.last_eval else None
-    if score_task:
+    if score_task and main:
         if cfg.method == "qlora":
             from .bnb_safety import prepare_for_training
 
@@ -441,12 +457,14 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
 
     events.write("phase", phase="saving")
     output = "adapter" if cfg.method in ("qlora", "lora") else "model"
-    tmp = run_dir / f".{output}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    trainer.model.save_pretrained(str(tmp))
-    tokenizer.padding_side = "left"
-    tokenizer.save_pretrained(str(tmp))
-    atomic_replace_dir(tmp, run_dir / output)
+    if main:  # DDP keeps identical weights on every rank: one copy is saved
+        tmp = run_dir / f".{output}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        trainer.model.save_pretrained(str(tmp))
+        tokenizer.padding_side = "left"
+        tokenizer.save_pretrained(str(tmp))
+        atomic_replace_dir(tmp, run_dir / output)
+    distributed.barrier()  # no rank returns (or loads the output, see ensure_builtin) before it exists
     return events.write(
         "done",
         output=output,
