@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -45,9 +46,11 @@ BUILTIN_DATASETS = {
 # --------------------------------------------------------------------------------------------------
 
 
-def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ...] = (), values: dict[str, Any] | None = None) -> dict[str, gr.components.Component]:
-    """One typed, bounded widget per dataclass field (dotted names for nested fields)."""
-    values = values or {}
+def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ...] = (), values: dict[str, Any] | None = None,
+                suggest: dict[str, list[str]] | None = None) -> dict[str, gr.components.Component]:
+    """One typed, bounded widget per dataclass field (dotted names for nested fields). `suggest`: text fields shown as a
+    dropdown of suggestions that still accepts any typed value (e.g. model references)."""
+    values, suggest = values or {}, suggest or {}
     comps: dict[str, gr.components.Component] = {}
     specs = {s.name: s for s in field_specs(cls)}
     for name in only or list(specs):
@@ -56,7 +59,9 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
         spec = specs[name]
         value = values.get(name, spec.default)
         common = {"label": spec.label, "info": spec.help, "value": value, "elem_id": f"{cls.__name__}-{name}".replace(".", "-")}
-        if spec.type is bool:
+        if name in suggest:
+            comps[name] = gr.Dropdown(choices=suggest[name], allow_custom_value=True, **common)
+        elif spec.type is bool:
             comps[name] = gr.Checkbox(**common)
         elif spec.choices:
             comps[name] = gr.Dropdown(choices=list(spec.choices), **common)
@@ -260,10 +265,11 @@ def _loss_frame(losses: list[dict[str, Any]]) -> pd.DataFrame:
 
 def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
     watched = gr.State(None)  # the run this browser session is watching
+    owner = gr.State(None)  # this browser's key (see build_app), as a session State: it never appears in the API
     with gr.Row():
         with gr.Column(scale=2):
-            main = make_inputs(TrainConfig, only=FT_MAIN, values=FT_DEFAULTS)
-            main["base_model"] = main["base_model"]  # (kept for symmetry; choices set below)
+            model_choices = _train_model_choices(jobs)
+            main = make_inputs(TrainConfig, only=FT_MAIN, values=FT_DEFAULTS, suggest={"base_model": model_choices, "teacher_model": model_choices})
             with gr.Row(equal_height=True):  # hardware presets: engine/recipes.py adapts the tier's recipe to the model
                 preset = gr.Dropdown(choices=tier_choices(), value=AUTO_TIER, label="Hardware preset", scale=3,
                                      info="Fills method, precision, batch, sequence length and optimizer for this card and the model above.")
@@ -290,6 +296,10 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
             with gr.Row():
                 start = gr.Button("Start training", variant="primary")
                 stop = gr.Button("Stop (saves a checkpoint)", variant="stop")
+            gr.Markdown("One run at a time: a second start while a run is going is refused (stop it or wait for it). "
+                        + ("On this shared app, only the browser that started a run can stop, resume or delete it; everyone can "
+                           "watch it and use it once it has finished." if jobs.owner_only else
+                           "Anyone who can open this app can stop, resume or delete a run (single-user mode)."))
             show_cmd = gr.Button("Show command")
             command = gr.Code(label="Reproduce headless", language="yaml", visible=False)
         with gr.Column(scale=3):
@@ -391,12 +401,12 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
             return f"⚠ {exc}"
 
     @ui_errors
-    def on_start(upload_path, *vals):
+    def on_start(owner_v, upload_path, *vals):
         cfg = config_of(upload_path, *vals)
         _, verdict = predict(cfg)
         if verdict == "no":
             gr.Warning("The estimator predicts this run will not fit in this machine's memory; it may stop with an out-of-memory error.")
-        name = jobs.start(cfg)
+        name = jobs.start(cfg, owner=owner_v)
         gr.Info(f"Started run '{name}'. You can close this tab: the run goes on and is shown again when you come back.")
         return name, gr.update(choices=_run_choices(jobs), value=name)
 
@@ -410,16 +420,18 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         return _status_md(s), _progress_html(s, s.last_progress), _loss_frame(s.losses), log_tail(s.path, 40), _history_rows(jobs)
 
     @ui_errors
-    def on_stop(name):
+    def on_stop(name, owner_v):
         if not name:
             raise gr.Error("No run selected.")
+        jobs.check_control(name, owner_v, "stop")
         jobs.stop(name, wait=False)
         gr.Info(f"Asked '{name}' to stop: it saves a checkpoint at the next step, then exits (Resume continues it).")
 
     @ui_errors
-    def on_resume(name):
+    def on_resume(name, owner_v):
         if not name:
             raise gr.Error("Pick a run to resume.")
+        jobs.check_control(name, owner_v, "resume")
         jobs.resume(name)
         gr.Info(f"Resuming '{name}' from its last complete checkpoint.")
         return name
@@ -434,17 +446,19 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         return ins.summary, rows, hist, ins.dropped or []
 
     @ui_errors
-    def on_retry(name):
+    def on_retry(name, owner_v):
         if not name:
             raise gr.Error("Pick the run that ran out of memory.")
-        new = jobs.retry_smaller_batch(name)
+        jobs.check_control(name, owner_v, "retry")
+        new = jobs.retry_smaller_batch(name, owner=owner_v)
         gr.Info(f"Started '{new}' with half the micro batch and twice the accumulation (same effective batch).")
         return new, gr.update(choices=_run_choices(jobs), value=new)
 
     @ui_errors
-    def on_delete(name):
+    def on_delete(name, owner_v):
         if not name:
             raise gr.Error("Pick a run to delete.")
+        jobs.check_control(name, owner_v, "delete")
         jobs.delete(name)
         return None, gr.update(choices=_run_choices(jobs), value=None), _history_rows(jobs)
 
@@ -489,14 +503,19 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         active = jobs.active()
         runs = _run_choices(jobs)
         name = active or (runs[0] if runs else None)
-        return name, gr.update(choices=runs, value=name), _history_rows(jobs)
+        models = gr.update(choices=_train_model_choices(jobs))  # runs finished since the page was built
+        return name, gr.update(choices=runs, value=name), _history_rows(jobs), models, models
+
+    def init_owner(key):
+        key = key or secrets.token_urlsafe(18)
+        return key, key
 
     form_inputs = [upload, *form.values(), eval_upload]
-    start.click(on_start, form_inputs, [watched, run_pick], api_name="start_training", concurrency_limit=1, concurrency_id="jobs")
-    stop.click(on_stop, [watched], None, api_name="stop_training")
-    resume.click(on_resume, [run_pick], [watched], api_name="resume_training", concurrency_limit=1, concurrency_id="jobs")
-    delete.click(on_delete, [run_pick], [watched, run_pick, history], api_name="delete_run")
-    retry.click(on_retry, [run_pick], [watched, run_pick], api_name="retry_oom", concurrency_limit=1, concurrency_id="jobs")
+    start.click(on_start, [owner, *form_inputs], [watched, run_pick], api_name="start_training", concurrency_limit=1, concurrency_id="jobs")
+    stop.click(on_stop, [watched, owner], None, api_name="stop_training")
+    resume.click(on_resume, [run_pick, owner], [watched], api_name="resume_training", concurrency_limit=1, concurrency_id="jobs")
+    delete.click(on_delete, [run_pick, owner], [watched, run_pick, history], api_name="delete_run")
+    retry.click(on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", concurrency_limit=1, concurrency_id="jobs")
     inspect_btn.click(on_inspect, form_inputs, [data_summary, data_preview, data_hist, data_dropped], api_name="inspect_data")
     run_pick.input(lambda n: n, [run_pick], [watched], queue=False)
     zip_btn.click(on_zip, [run_pick], [download], api_name="download_run")
@@ -508,6 +527,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
     for comp in form.values():
         comp.change(on_predict, form_inputs, [prediction], queue=False, show_progress="hidden")
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": on_load, "poll": on_poll,
+            "init_owner": init_owner, "owner": owner,
             "status": status, "predict": on_predict, "form_inputs": form_inputs, "prediction": prediction}
 
 
@@ -524,6 +544,15 @@ def _keep_upload(path: str, upload_dir: Path) -> Path:
 # --------------------------------------------------------------------------------------------------
 # Panel 3: playground
 # --------------------------------------------------------------------------------------------------
+
+
+def _train_model_choices(jobs: JobManager) -> list[str]:
+    """Suggestions for the base and teacher models: every built-in preset (pretrained on first use), finished runs (to
+    continue from) and their merged models, then the catalog's Hub ids."""
+    from engine.model import compact_presets
+
+    known = _playground_models(jobs)
+    return [f"builtin:{p}" for p in compact_presets()] + [m for m in known if not m.startswith("builtin:")]
 
 
 def _playground_models(jobs: JobManager) -> list[str]:
@@ -861,15 +890,20 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
 # --------------------------------------------------------------------------------------------------
 
 
-def build_app(runs_dir: Path, allow_local_models: bool = False) -> gr.Blocks:
+def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool = False) -> gr.Blocks:
     """The whole page. allow_local_models lets the playground load model folders from this machine's disk: only for a
-    local, trusted `python app.py --allow-local-models`, never on a public link."""
+    local, trusted `python app.py --allow-local-models`, never on a public link. owner_only: only the browser that
+    started a run may stop, resume or delete it (a public link, a Space)."""
     runs_dir = Path(runs_dir)
     runs_dir.mkdir(parents=True, exist_ok=True)
     upload_dir = runs_dir / "_uploads"
     upload_dir.mkdir(exist_ok=True)
-    jobs = JobManager(runs_dir)  # shared by every browser session (its own lock serializes start/stop)
+    jobs = JobManager(runs_dir, owner_only=owner_only)  # shared by every browser session (its own lock serializes start/stop)
     with gr.Blocks(title="Compact LLM Lab") as demo:
+        # This browser's key (engine/jobs.py "Who may stop a run"), kept in its local storage so that it survives reloads,
+        # closed tabs and app restarts. At the top level: components inside a tab are not mounted until the tab is
+        # opened, and an unmounted BrowserState is never read from or saved to the browser.
+        browser_key = gr.BrowserState(None, storage_key="compact-llm-lab-owner")
         gr.Markdown("# Compact LLM Lab\nEstimate memory, fine-tune with QLoRA/LoRA, and generate — on a small GPU, a free Colab T4, or a CPU. "
                     f"Runs are saved in `{runs_dir}`.")
         with gr.Tabs():
@@ -895,12 +929,19 @@ def build_app(runs_dir: Path, allow_local_models: bool = False) -> gr.Blocks:
 
         est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], list(form.values()), api_name="copy_to_finetune")
         demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate")
-        demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"]])
+        demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"], ft["form"]["base_model"], ft["form"]["teacher_model"]])
+        demo.load(ft["init_owner"], [browser_key], [browser_key, ft["owner"]], api_visibility="private", queue=False)
         demo.load(ft["predict"], ft["form_inputs"], [ft["prediction"]], api_name="predict_memory")
         # finished runs appear in the playground as soon as its tab is opened
         pg_tab.select(lambda: (gr.update(choices=_playground_models(jobs)),) * 2 + (gr.update(choices=_adapter_choices(jobs)),), None,
                       [pg["model"], pg["model_b"], pg["adapter"]], queue=False)
     return demo
+
+
+def shared_app(share_flag: bool) -> bool:
+    """Will people other than the one who started the app reach it? A --share link, a Hugging Face Space, or Colab (where
+    gradio turns the public link on by itself)."""
+    return bool(share_flag or os.environ.get("SPACE_ID") or os.environ.get("COLAB_RELEASE_TAG"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -919,7 +960,7 @@ def main(argv: list[str] | None = None) -> None:
     from engine.runs import default_runs_dir
 
     runs_dir = default_runs_dir()
-    demo = build_app(runs_dir, allow_local_models=args.allow_local_models)
+    demo = build_app(runs_dir, allow_local_models=args.allow_local_models, owner_only=shared_app(args.share))
     demo.queue(default_concurrency_limit=1)
     exports = runs_dir / "_exports"  # zips, CSVs and ONNX files offered for download (and nothing else of the runs dir)
     exports.mkdir(exist_ok=True)
