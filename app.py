@@ -263,7 +263,7 @@ def _loss_frame(losses: list[dict[str, Any]]) -> pd.DataFrame:
     return df.astype({"step": "int64", "loss": "float64", "kind": object})
 
 
-def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
+def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool = False) -> dict[str, Any]:
     watched = gr.State(None)  # the run this browser session is watching
     owner = gr.State(None)  # this browser's key (see build_app), as a session State: it never appears in the API
     with gr.Row():
@@ -366,7 +366,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path) -> dict[str, Any]:
         method, mode = values.get("method"), values.get("quant.mode")
         values["quant.mode"] = "4bit" if method == "qlora" else ("8bit" if method == "lora" and mode == "8bit" else "none")
         cfg = from_flat(TrainConfig, values)
-        check_ui_train_config(cfg, jobs.runs_dir, upload_dir)
+        check_ui_train_config(cfg, jobs.runs_dir, upload_dir, allow_local_models=allow_local_models)
         return cfg
 
     def predict(cfg: TrainConfig) -> tuple[str, str | None]:
@@ -910,7 +910,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
             with gr.Tab("Memory estimator"):
                 est = build_estimator(upload_dir)
             with gr.Tab("Fine-tune"):
-                ft = build_finetune(jobs, upload_dir)
+                ft = build_finetune(jobs, upload_dir, allow_local_models)
             with gr.Tab("Playground") as pg_tab:
                 pg = build_playground(jobs, allow_local_models)
 
@@ -951,10 +951,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), help="0.0.0.0 to listen on all interfaces.")
     parser.add_argument("--runs-dir", default=None, help="Where runs are stored (default: $COMPACT_LAB_RUNS or ./runs).")
     parser.add_argument("--allow-local-models", action="store_true",
-                        help="Let the playground load model folders from this machine's disk (a trusted local app only, never with --share).")
+                        help="Let the playground and the fine-tune form use model folders on this machine's disk (a trusted local app only, never with --share).")
     args = parser.parse_args(argv)
-    if args.allow_local_models and args.share:
-        parser.error("--allow-local-models cannot be combined with --share: anyone with the link could read model folders on this machine.")
+    if args.allow_local_models and shared_app(args.share):
+        parser.error("--allow-local-models cannot be used on a shared app (--share, a Space, Colab): anyone with the link could read "
+                     "model folders on this machine.")
     if args.runs_dir:
         os.environ["COMPACT_LAB_RUNS"] = args.runs_dir
     from engine.runs import default_runs_dir

@@ -118,12 +118,13 @@ def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -
     return ref
 
 
-def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path) -> None:
-    """Reject browser-supplied configs that name server paths (model folders, arbitrary data files)."""
-    check_ui_model_ref(cfg.base_model, runs_dir)
+def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path, *, allow_local_models: bool = False) -> None:
+    """Reject browser-supplied configs that name server paths (model folders, arbitrary data files). Model folders
+    are accepted with allow_local_models (a trusted local `python app.py --allow-local-models`)."""
+    check_ui_model_ref(cfg.base_model, runs_dir, allow_local=allow_local_models)
     if cfg.teacher_model:  # checked even when unused (method is not distill): it is saved in the run's config
         try:
-            check_ui_model_ref(cfg.teacher_model, runs_dir)
+            check_ui_model_ref(cfg.teacher_model, runs_dir, allow_local=allow_local_models)
         except ConfigError as exc:
             raise ConfigError("teacher_model", cfg.teacher_model, exc.allowed) from None
     for name in ("dataset", "eval_dataset"):

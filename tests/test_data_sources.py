@@ -276,3 +276,15 @@ def test_a_real_run_with_mapping_drop_and_eval_file(runs_dir, tmp_path):
     assert data_event["train_examples"] == 20 and data_event["eval_examples"] == 3
     saved = (tmp_path / "run" / "config.yaml").read_text()
     assert "columns: instruction=pergunta, output=resposta" in saved and "too_long: drop" in saved
+
+
+def test_local_model_folders_only_with_allow_local_models(tmp_path):
+    from test_loaders import tiny_model_dir
+
+    folder = str(tiny_model_dir())
+    uploads = tmp_path / "up"
+    uploads.mkdir()
+    with pytest.raises(ConfigError, match="base_model|model"):
+        check_ui_train_config(TrainConfig(base_model=folder), tmp_path, uploads)
+    check_ui_train_config(TrainConfig(base_model=folder), tmp_path, uploads, allow_local_models=True)
+    check_ui_train_config(TrainConfig(method="distill", teacher_model=folder), tmp_path, uploads, allow_local_models=True)
