@@ -82,6 +82,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise EngineError(f"The config file {args.config} is not valid YAML: {exc}") from None
         if not isinstance(data, dict):
             raise EngineError(f"The config file {args.config} must be a YAML mapping of TrainConfig fields.")
+    if args.resume and data and "packing" not in data:
+        # a run saved before packing existed was padded: keep its data layout (and the batches resume skips) as it was
+        data["packing"] = False
     cfg = from_dict(TrainConfig, _merge(data, _given(args, TrainConfig)))
     if args.run_dir:
         run_dir = Path(args.run_dir).resolve()

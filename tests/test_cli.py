@@ -19,3 +19,21 @@ def test_every_subcommand_has_a_working_help(command, capsys):
         build_parser().parse_args([command, "--help"])
     assert exc.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def test_resuming_a_run_saved_before_packing_keeps_it_padded(tmp_path, monkeypatch):
+    """config.yaml files written before the `packing` field existed describe padded runs: --resume keeps them so."""
+    import yaml
+
+    import engine.train
+    from engine.cli import main
+
+    seen = {}
+    monkeypatch.setenv("COMPACT_LAB_RUNS", str(tmp_path))
+    monkeypatch.setattr(engine.train, "run_training", lambda cfg, run_dir, **kw: seen.setdefault("cfg", cfg) and {"type": "done"})
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump({"method": "full", "dataset": "builtin:dates"}))
+    assert main(["train", "--config", str(old), "--run-dir", str(tmp_path / "r"), "--resume"]) == 0
+    assert seen.pop("cfg").packing is False
+    assert main(["train", "--config", str(old), "--run-dir", str(tmp_path / "r2")]) == 0  # a new run: the default
+    assert seen.pop("cfg").packing is True
