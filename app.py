@@ -352,6 +352,9 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
             history = gr.Dataframe(headers=["run", "state", "method", "base", "data", "steps", "best eval loss", "task acc", "seconds",
                                             "memory pred/meas GiB", "resumable"], interactive=False, label="Run history", wrap=True)
     form = {**main, **train, **lora, **runf, **data}
+    distill_only = [form[n] for n in ("teacher_model", "distill_temperature", "distill_alpha")]
+    for comp in distill_only:  # shown for method 'distill' only (read when the page is built; toggled below)
+        comp.visible = FT_DEFAULTS.get("method") == "distill"
     names = list(form)
     timer = gr.Timer(1.0)
 
@@ -524,6 +527,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     preset_btn.click(on_preset, [preset, *form_inputs], [preset_note, *form.values()], api_name="apply_preset").then(
         on_predict, form_inputs, [prediction], queue=False, show_progress="hidden")
     timer.tick(on_poll, [watched], [status, progress, plot, log, history], show_progress="hidden", queue=False)
+    main["method"].change(lambda m: [gr.update(visible=m == "distill")] * len(distill_only), [main["method"]], distill_only,
+                          queue=False, show_progress="hidden", api_visibility="private")
     for comp in form.values():
         comp.change(on_predict, form_inputs, [prediction], queue=False, show_progress="hidden")
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": on_load, "poll": on_poll,

@@ -72,3 +72,16 @@ def test_train_from_the_form_then_generate(page, runs_dir):
     page.get_by_role("button", name="Generate", exact=True).click()
     page.locator("#playground-stats").get_by_text("tokens/s").wait_for(timeout=60_000)
     _shot(page, "playground")
+
+
+def test_teacher_fields_show_for_distillation_only(page):
+    page.get_by_role("tab", name="Fine-tune").click()
+    teacher = page.get_by_text("Teacher model (distill)")
+    assert teacher.count() == 0  # the default method is 'full'
+    method = page.locator("#TrainConfig-method input")
+    method.click()
+    page.get_by_role("option", name="distill").click()
+    teacher.first.wait_for(timeout=10_000)
+    method.click()
+    page.get_by_role("option", name="full", exact=True).click()
+    teacher.first.wait_for(state="detached", timeout=10_000)
