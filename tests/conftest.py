@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -24,3 +25,17 @@ def runs_dir(tmp_path_factory) -> Path:
     run_training(cfg, runs / "_builtin" / "compact-mini", runs_dir=runs)
     assert (runs / "_builtin" / "compact-mini" / "model" / "config.json").exists()
     return runs
+
+
+@contextlib.contextmanager
+def running_app(runs: Path, **build_kwargs):
+    """The whole app, launched in-process on a free local port (as `python app.py` serves it); closed on exit."""
+    import app
+
+    demo = app.build_app(runs, **build_kwargs)
+    demo.queue(default_concurrency_limit=1)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
+    try:
+        yield demo
+    finally:
+        demo.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import running_app
 
 gr = pytest.importorskip("gradio")
 from gradio_client import Client, handle_file  # noqa: E402
@@ -19,13 +20,8 @@ from engine.config import GenerationSettings, MemoryQuery, TrainConfig, field_sp
 
 @pytest.fixture(scope="module")
 def client(runs_dir):
-    demo = app.build_app(runs_dir)
-    demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
-    try:
+    with running_app(runs_dir) as demo:
         yield Client(demo.local_url, verbose=False)
-    finally:
-        demo.close()
 
 
 def _defaults(cls, names, overrides=None):

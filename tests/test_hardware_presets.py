@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 
 import pytest
+from conftest import running_app
 
 from engine import memory
 from engine.config import TrainConfig, field_specs, from_flat
@@ -98,15 +99,8 @@ def client(runs_dir):
     pytest.importorskip("gradio")
     from gradio_client import Client
 
-    import app
-
-    demo = app.build_app(runs_dir)
-    demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
-    try:
+    with running_app(runs_dir) as demo:
         yield Client(demo.local_url, verbose=False)
-    finally:
-        demo.close()
 
 
 def _form(overrides=None):

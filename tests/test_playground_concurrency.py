@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import running_app
 
 pytest.importorskip("gradio")
 from gradio_client import Client  # noqa: E402
 
-import app  # noqa: E402
 from engine.config import GenerationSettings, field_specs  # noqa: E402
 
 GEN = [s.name for s in field_specs(GenerationSettings)]
@@ -24,11 +24,8 @@ def _gen(**over):
 
 @pytest.fixture(scope="module")
 def url(runs_dir):
-    demo = app.build_app(runs_dir)
-    demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
-    yield demo.local_url
-    demo.close()
+    with running_app(runs_dir) as demo:
+        yield demo.local_url
 
 
 def test_ten_simultaneous_requests_complete_without_mixups(url, runs_dir):

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import running_app
 from test_loaders import CPU, make_adapter_run, tiny_model_dir
 
 gr = pytest.importorskip("gradio")
@@ -39,13 +40,10 @@ def runs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(runs):
-    demo = app.build_app(runs)
-    demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
     try:
-        yield Client(demo.local_url, verbose=False)
+        with running_app(runs) as demo:
+            yield Client(demo.local_url, verbose=False)
     finally:
-        demo.close()
         MODEL_CACHE.unload_all()
 
 
