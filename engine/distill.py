@@ -199,18 +199,11 @@ def load_teacher(cfg: TrainConfig, runs_dir: Path, dtype: torch.dtype, events: E
 
 def _build_compact_student(cfg: TrainConfig, teacher: Any, teacher_tok: Any) -> tuple[Any, Any]:
     """A compact preset from random weights, with the teacher's tokenizer and an output of the teacher's size."""
-    from .model import CompactForCausalLM, load_compact_preset
+    from .model import new_compact_model
 
-    config = load_compact_preset(cfg.base_model.split(":", 1)[1])
     tokenizer = copy.deepcopy(teacher_tok)  # saved with the student; the teacher's object stays as it was
-    tokenizer.model_max_length = config.max_position_embeddings
     # logits column i must mean token i for both models: same size as the teacher's head, not len(tokenizer)
-    config.vocab_size = output_size(teacher)
-    config.bos_token_id = tokenizer.bos_token_id
-    config.eos_token_id = tokenizer.eos_token_id
-    config.pad_token_id = tokenizer.pad_token_id
-    torch.manual_seed(cfg.seed)
-    student = CompactForCausalLM(config)
+    student = new_compact_model(cfg.base_model.split(":", 1)[1], tokenizer, vocab_size=output_size(teacher), seed=cfg.seed)
     gen = getattr(teacher, "generation_config", None)
     if gen is not None and gen.eos_token_id is not None:  # e.g. chat models that also stop at <|im_end|>
         student.generation_config.eos_token_id = gen.eos_token_id

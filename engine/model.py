@@ -316,3 +316,17 @@ def load_compact_preset(name: str) -> CompactConfig:
         raise ModelLoadError(f"Unknown compact preset {name!r}. Available presets: {', '.join(presets)}.")
     fields = {k: v for k, v in presets[name].items() if k not in _NOT_CONFIG_KEYS and not k.startswith("pretrain_")}
     return CompactConfig(**fields)
+
+
+def new_compact_model(preset: str, tokenizer: Any, *, vocab_size: int, seed: int) -> CompactForCausalLM:
+    """A compact preset with random weights (seeded) for `tokenizer`: its special-token ids and a vocabulary of
+    `vocab_size` (the tokenizer's own size from scratch, a teacher's output size for a distillation student).
+    Also sets `tokenizer.model_max_length` to the preset's context."""
+    config = load_compact_preset(preset)
+    tokenizer.model_max_length = config.max_position_embeddings
+    config.vocab_size = vocab_size
+    config.bos_token_id = tokenizer.bos_token_id
+    config.eos_token_id = tokenizer.eos_token_id
+    config.pad_token_id = tokenizer.pad_token_id
+    torch.manual_seed(seed)
+    return CompactForCausalLM(config)

@@ -145,20 +145,14 @@ def _continue_adapter(model: Any, events: EventLog) -> Any:
 
 
 def _build_scratch(cfg: TrainConfig, texts: list[str]) -> tuple[Any, Any]:
-    from .model import CompactForCausalLM, load_compact_preset
+    from .model import load_compact_preset, new_compact_model
     from .tokenizer import train_tokenizer
 
     preset = cfg.base_model.split(":", 1)[1]
-    config = load_compact_preset(preset)
+    wanted = load_compact_preset(preset).vocab_size
     # Several processes: rank 0's tokenizer for all, so every rank builds the same embedding shape.
-    tokenizer = distributed.broadcast_object(train_tokenizer(texts, vocab_size=config.vocab_size) if distributed.is_main_process() else None)
-    tokenizer.model_max_length = config.max_position_embeddings
-    config.vocab_size = len(tokenizer)
-    config.bos_token_id = tokenizer.bos_token_id
-    config.eos_token_id = tokenizer.eos_token_id
-    config.pad_token_id = tokenizer.pad_token_id
-    torch.manual_seed(cfg.seed)
-    return CompactForCausalLM(config), tokenizer
+    tokenizer = distributed.broadcast_object(train_tokenizer(texts, vocab_size=wanted) if distributed.is_main_process() else None)
+    return new_compact_model(preset, tokenizer, vocab_size=len(tokenizer), seed=cfg.seed), tokenizer
 
 
 def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dtype: torch.dtype, events: EventLog) -> Any:
