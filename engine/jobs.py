@@ -210,6 +210,7 @@ class JobManager:
         env["COMPACT_LAB_RUNS"] = str(self.runs_dir)
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         (run_dir / "STOP").unlink(missing_ok=True)
+        env["COMPACT_LAB_LAUNCHED_AT"] = repr(time.time())  # a STOP written after this is for this process (train.py)
         with open(run_dir / "train.log", "ab") as logf:
             logf.write(f"\n=== {datetime.now().isoformat(timespec='seconds')} {' '.join(cmd[1:])}\n".encode())
             logf.flush()

@@ -294,6 +294,20 @@ def _task_score(model: Any, tokenizer: Any, events: EventLog, when: str) -> None
     events.write("task_score", when=when, accuracy=score.accuracy, n=score.n, examples=[list(e) for e in score.examples[:3]])
 
 
+def _clear_stale_stop(stop_file: Path) -> None:
+    """Remove a STOP file left over from an earlier session of this run, but not one written for this process: the
+    app may ask a run to stop while the process is still importing torch (engine/jobs.py clears old ones before it
+    launches, and says when it launched in COMPACT_LAB_LAUNCHED_AT)."""
+    import os
+
+    launched = float(os.environ.get("COMPACT_LAB_LAUNCHED_AT", "inf"))  # a CLI run: everything before now is stale
+    try:
+        if stop_file.stat().st_mtime < launched:
+            stop_file.unlink()
+    except FileNotFoundError:
+        pass
+
+
 def _tensorboard_callback(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, tokenizer: Any, eval_ds: list, events: EventLog) -> Any:
     from .runs import config_yaml
     from .tensorboard_log import TB_DIRNAME, TensorBoardLogCallback, sample_prompts
@@ -321,7 +335,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     run_dir.mkdir(parents=True, exist_ok=True)
     removed: list[str] = []
     if main:
-        (run_dir / "STOP").unlink(missing_ok=True)
+        _clear_stale_stop(run_dir / "STOP")
         if resume:
             removed = discard_incomplete_checkpoints(run_dir)
     distributed.barrier()  # ranks > 0 must not look for checkpoints while rank 0 deletes half-written ones

@@ -65,6 +65,17 @@ def test_stop_request_saves_and_is_resumable(runs_dir):
     assert not run_dir.exists()
 
 
+def test_stop_right_after_start_is_not_lost(runs_dir):
+    """Stop clicked while the new process is still importing torch: the STOP file it finds is for it, not stale."""
+    jobs = JobManager(runs_dir, stop_grace_s=120)
+    name = jobs.start(_cfg("t-earlystop", 100_000, save_steps=1000))
+    jobs.stop(name, wait=False)
+    _wait(lambda: jobs.status(name).state != "running", 240, "the run to stop")
+    s = jobs.status(name)
+    assert s.state == "stopped", open(runs_dir / name / "train.log").read()[-3000:]
+    jobs.delete(name)
+
+
 def test_failed_run_reports_error(runs_dir):
     jobs = JobManager(runs_dir)
     name = jobs.start(_cfg("t-fail", 2, dataset=str(runs_dir / "missing.jsonl")))
