@@ -3,7 +3,7 @@
 Thin by design: each handler turns form values into a config dataclass (engine/config.py), calls the
 engine, and maps the result onto components. Form widgets are generated from the dataclass fields (their
 help text, bounds and choices live there, once). Long work never runs here: training is a subprocess
-(engine/jobs.py) polled with gr.Timer; generation streams from a worker thread (engine/generate.py).
+(engine/training/jobs.py) polled with gr.Timer; generation streams from a worker thread (engine/inference/generate.py).
 
 Run: `python app.py [--share] [--port N] [--runs-dir DIR]`.
 """
@@ -25,14 +25,14 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from engine import memory
 from engine.config import GenerationSettings, MemoryQuery, QuantSettings, TrainConfig, field_specs, from_flat
 from engine.errors import EngineError
-from engine.handoff import check_ui_estimator_model, check_ui_model_ref, check_ui_train_config, train_values_from_query
-from engine.jobs import JobManager
-from engine.recipes import AUTO as AUTO_TIER
-from engine.recipes import tier_choices
+from engine.estimator import memory
+from engine.estimator.handoff import check_ui_estimator_model, check_ui_model_ref, check_ui_train_config, train_values_from_query
+from engine.estimator.recipes import AUTO as AUTO_TIER
+from engine.estimator.recipes import tier_choices
 from engine.runs import config_yaml, log_tail, run_path
+from engine.training.jobs import JobManager
 
 BUILTIN_DATASETS = {
     "builtin:dates": "Date conversion to ISO (scored task: accuracy before/after is reported)",
@@ -270,7 +270,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
         with gr.Column(scale=2):
             model_choices = _train_model_choices(jobs)
             main = make_inputs(TrainConfig, only=FT_MAIN, values=FT_DEFAULTS, suggest={"base_model": model_choices, "teacher_model": model_choices})
-            with gr.Row(equal_height=True):  # hardware presets: engine/recipes.py adapts the tier's recipe to the model
+            with gr.Row(equal_height=True):  # hardware presets: engine/estimator/recipes.py adapts the tier's recipe to the model
                 preset = gr.Dropdown(choices=tier_choices(), value=AUTO_TIER, label="Hardware preset", scale=3,
                                      info="Fills method, precision, batch, sequence length and optimizer for this card and the model above.")
                 preset_btn = gr.Button("Apply preset", scale=1)
@@ -332,7 +332,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
                 @ui_errors
                 def on_push(name, repo, what, private, token):
-                    from engine.hub_push import push_run
+                    from engine.export.hub import push_run
 
                     if not name:
                         raise gr.Error("Pick a finished run to push.")
@@ -374,16 +374,16 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
     def predict(cfg: TrainConfig) -> tuple[str, str | None]:
         """(markdown, verdict) of the estimator for this form on the machine the run will use."""
-        from engine.device import detect_device, dtype_name, resolve_dtype
-        from engine.handoff import fit_verdict, query_from_train
+        from engine.estimator.handoff import fit_verdict, query_from_train
+        from engine.hardware.device import detect_device, dtype_name, resolve_dtype
 
         device = detect_device()
         dtype = resolve_dtype(cfg.precision, device, field="precision")
         head = f"Effective batch **{cfg.micro_batch_size * cfg.grad_accum}** (micro batch {cfg.micro_batch_size} × accumulation {cfg.grad_accum})."
         if cfg.base_model.startswith("run:"):
             return head + " Memory prediction: shown once the run starts (the base comes from a previous run).", None
-        if cfg.method == "distill":  # the student's training plus the frozen teacher (engine/distill.py)
-            from engine.distill import estimate_distill
+        if cfg.method == "distill":  # the student's training plus the frozen teacher (engine/training/distill.py)
+            from engine.training.distill import estimate_distill
 
             est = estimate_distill(cfg, dtype_name(dtype))
             if est is None:
@@ -441,7 +441,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
     @ui_errors
     def on_inspect(upload_path, *vals):
-        from engine.inspect_data import inspect_dataset
+        from engine.data.preview import inspect_dataset
 
         ins = inspect_dataset(config_of(upload_path, *vals), jobs.runs_dir)
         rows = [[p["row"], p["text"], p["n_tokens"], p["n_trainable"]] for p in ins.preview]
@@ -467,7 +467,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
     @ui_errors
     def on_preset(tier, upload_path, *vals):
-        from engine.recipes import apply_recipe
+        from engine.estimator.recipes import apply_recipe
 
         current = dict(zip(names, vals[:-1], strict=True))  # the eval upload comes last
         applied = apply_recipe(current, tier or AUTO_TIER, current["base_model"])
@@ -476,7 +476,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     @ui_errors
     def on_show_cmd(upload_path, *vals):
         cfg = config_of(upload_path, *vals)
-        from engine.distributed import launch_command
+        from engine.hardware.distributed import launch_command
 
         text = (f"# save as run.yaml, then:\n#   python -m engine train --config run.yaml\n"
                 f"# on 2 GPUs (one process each; each step then sees 2x the effective batch; see docs/multi_gpu.md):\n"
@@ -485,7 +485,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
     @ui_errors
     def on_zip(name):
-        from engine.export import zip_run
+        from engine.export.merge import zip_run
 
         if not name:
             raise gr.Error("Pick a run to download.")
@@ -493,7 +493,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
     @ui_errors
     def on_merge(name):
-        from engine.export import merge_adapter
+        from engine.export.merge import merge_adapter
 
         if not name:
             raise gr.Error("Pick a finished LoRA/QLoRA run to merge.")
@@ -554,7 +554,7 @@ def _keep_upload(path: str, upload_dir: Path) -> Path:
 def _train_model_choices(jobs: JobManager) -> list[str]:
     """Suggestions for the base and teacher models: every built-in preset (pretrained on first use), finished runs (to
     continue from) and their merged models, then the catalog's Hub ids."""
-    from engine.model import compact_presets
+    from engine.models.compact import compact_presets
 
     known = _playground_models(jobs)
     return [f"builtin:{p}" for p in compact_presets()] + [m for m in known if not m.startswith("builtin:")]
@@ -562,9 +562,9 @@ def _train_model_choices(jobs: JobManager) -> list[str]:
 
 def _playground_models(jobs: JobManager) -> list[str]:
     """Built-in models, finished runs, their merged models, then the catalog's Hub ids (downloaded when online)."""
-    from engine.loaders import builtin_model_dir
-    from engine.model import compact_presets
-    from engine.presets import catalog
+    from engine.estimator.catalog import catalog
+    from engine.models.compact import compact_presets
+    from engine.models.loading import builtin_model_dir
 
     out = [f"builtin:{p}" for p in compact_presets() if (builtin_model_dir(p, jobs.runs_dir) / "config.json").exists()]
     for s in jobs.finished_runs():
@@ -575,7 +575,7 @@ def _playground_models(jobs: JobManager) -> list[str]:
 
 
 NO_ADAPTER = "(none)"
-PLACEMENTS = {"one device": None, "auto (offload to CPU/disk)": "auto"}  # label -> device_map for engine.loaders.load_model
+PLACEMENTS = {"one device": None, "auto (offload to CPU/disk)": "auto"}  # label -> device_map for engine.models.loading.load_model
 
 
 def _adapter_choices(jobs: JobManager) -> list[str]:
@@ -618,7 +618,7 @@ def _stats_line(upd: Any) -> str:
 
 
 def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict[str, Any]:
-    from engine.loaders import MODEL_CACHE
+    from engine.models.loading import MODEL_CACHE
 
     signals = StopSignals()
     with gr.Row():
@@ -644,7 +644,7 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
             model_info = gr.Markdown(elem_id="playground-model-info")
             mode = gr.Radio(choices=["chat", "completion"], value="chat", label="Mode", info="chat: the model's chat template; completion: raw text continuation.")
             system = gr.Textbox(label="System prompt (chat)", lines=2)
-            from engine.generate import generation_presets
+            from engine.inference.generate import generation_presets
 
             presets = generation_presets()
             preset = gr.Radio(choices=list(presets), value=None, label="Decoding preset",
@@ -711,14 +711,14 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
 
     def load(ref_v: str, quant_mode: str, extra: tuple = ()) -> Any:
         """The cached model for (reference, quantization) plus the optional (adapter, placement, GPU budget)."""
-        from engine.coexist import check_room_to_generate, cuda_free_gib
+        from engine.hardware.coexist import check_room_to_generate, cuda_free_gib
 
         ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
         adapter_v, placement_v, budget = (tuple(extra) + (NO_ADAPTER, "one device", 0))[:3]
         adapter_ref = None if adapter_v in (None, "", NO_ADAPTER) else check_ui_model_ref(adapter_v, jobs.runs_dir)
         device_map, max_memory = PLACEMENTS.get(placement_v, None), None
         if device_map == "auto" and budget and float(budget) > 0:
-            from engine.device import ram_gib
+            from engine.hardware.device import ram_gib
 
             # accelerate only uses the devices named here: give the CPU the machine's RAM less a margin for the app
             max_memory = {0: f"{float(budget):g}GiB", "cpu": f"{max(1.0, ram_gib() - 2):.0f}GiB"}
@@ -731,7 +731,7 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
                 weights = 0.0  # unknown to the estimator (run:NAME): let the load itself decide
             check_room_to_generate(weights, training_run=active, free_gib=free)
         # The playground never trains (training loads its own copy in a subprocess), so the faster packed
-        # bitsandbytes CPU layout is safe here (engine/bnb_safety.py explains the hazard it poses to training).
+        # bitsandbytes CPU layout is safe here (engine/models/bnb_safety.py explains the hazard it poses to training).
         return MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True, adapter=adapter_ref,
                                        device_map=device_map, max_memory=max_memory, allow_local_paths=allow_local_models)
 
@@ -747,7 +747,7 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
 
     @ui_errors_gen
     def on_send(request: gr.Request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, *gen_vals):
-        from engine.generate import stream_generate
+        from engine.inference.generate import stream_generate
 
         settings = settings_of(gen_vals)
         if not (prompt_v or "").strip():
@@ -778,7 +778,7 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
 
     @ui_errors_gen
     def on_compare(request: gr.Request, ref_a, ref_b, quant_mode, mode_v, system_v, prompt_v, *gen_vals):
-        from engine.generate import stream_generate
+        from engine.inference.generate import stream_generate
 
         settings = settings_of(gen_vals)
         if not (prompt_v or "").strip():
@@ -801,14 +801,14 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
                 yield texts[0], lines[0], texts[1], lines[1]
 
     def on_preset(name, *gen_vals):
-        from engine.generate import apply_preset
+        from engine.inference.generate import apply_preset
 
         new = apply_preset(name, settings_of(gen_vals))
         return [gr.update(value=getattr_dotted(new, n)) for n in gen_names]
 
     @ui_errors_gen
     def on_batch(request: gr.Request, ref_v, quant_mode, mode_v, text_v, file_v, micro, *gen_vals):
-        from engine.batch import batch_generate, parse_prompts, write_csv
+        from engine.inference.batch import batch_generate, parse_prompts, write_csv
 
         prompts = parse_prompts(text_v or None, file_v)
         loaded = load(ref_v, quant_mode, extra_of(gen_vals))
@@ -826,7 +826,7 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
 
     @ui_errors
     def on_eval(kind, ref_a, ref_b, quant_mode, both, text_v, data_v, window, stride, *extra):
-        from engine.evaluate import dataset_perplexity, perplexity, task_accuracy
+        from engine.inference.evaluate import dataset_perplexity, perplexity, task_accuracy
 
         out = []
         for side, ref in enumerate([ref_a] + ([ref_b] if both else [])):
@@ -844,7 +844,7 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
 
     @ui_errors
     def on_onnx(ref_v, prompts_v):
-        from engine.onnx_export import compare_onnx, export_onnx
+        from engine.export.onnx import compare_onnx, export_onnx
 
         ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
         loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir, allow_local_paths=allow_local_models)
@@ -905,7 +905,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
     upload_dir.mkdir(exist_ok=True)
     jobs = JobManager(runs_dir, owner_only=owner_only)  # shared by every browser session (its own lock serializes start/stop)
     with gr.Blocks(title="Compact LLM Lab") as demo:
-        # This browser's key (engine/jobs.py "Who may stop a run"), kept in its local storage so that it survives reloads,
+        # This browser's key (engine/training/jobs.py "Who may stop a run"), kept in its local storage so that it survives reloads,
         # closed tabs and app restarts. At the top level: components inside a tab are not mounted until the tab is
         # opened, and an unmounted BrowserState is never read from or saved to the browser.
         browser_key = gr.BrowserState(None, storage_key="compact-llm-lab-owner")

@@ -59,7 +59,7 @@ PROMPTS = [PROMPT, "The cat sat on the", "Um modelo de linguagem"]
 
 def _cpu() -> Any:
     """This machine's CPU as the device, even where a GPU exists: every section measures the CPU."""
-    from engine.device import DeviceInfo, detect_device
+    from engine.hardware.device import DeviceInfo, detect_device
 
     return DeviceInfo(kind="cpu", name=detect_device().name if not torch.cuda.is_available() else "CPU",
                       total_gib=0.0, bf16=True)
@@ -67,11 +67,11 @@ def _cpu() -> Any:
 
 def build_random(preset: str, dest: Path) -> Path:
     """Save `preset` with random weights and a tokenizer trained on the built-in corpus into `dest`."""
-    from engine.model import CompactForCausalLM, load_compact_preset
-    from engine.tokenizer import train_tokenizer
+    from engine.models.compact import CompactForCausalLM, load_compact_preset
+    from engine.models.tokenizer import train_tokenizer
 
     config = load_compact_preset(preset)
-    texts = (ROOT / "engine" / "samples" / "corpus.txt").read_text(encoding="utf-8").split("\n\n")
+    texts = (ROOT / "engine" / "data" / "samples" / "corpus.txt").read_text(encoding="utf-8").split("\n\n")
     tokenizer = train_tokenizer(texts, vocab_size=config.vocab_size, model_max_length=config.max_position_embeddings)
     # The corpus yields fewer merges than the preset's vocabulary; the model keeps the preset's size so that
     # the head's compute matches it (ids past the tokenizer decode to nothing).
@@ -86,12 +86,12 @@ def build_random(preset: str, dest: Path) -> Path:
 
 def prepare_models(args: argparse.Namespace, tmp: Path) -> dict[str, tuple[Path, str]]:
     """{label: (model folder, description)}."""
-    from engine.loaders import builtin_model_dir
+    from engine.models.loading import builtin_model_dir
 
     models = {"compact-course": (build_random("compact-course", tmp / "course"), "random weights")}
     mini = builtin_model_dir("compact-mini", args.runs)
     if not (mini / "config.json").exists() and args.pretrain_mini:
-        from engine.train import ensure_builtin
+        from engine.training.run import ensure_builtin
         ensure_builtin("compact-mini", args.runs)
     found = (mini / "config.json").exists()
     models["compact-mini"] = ((mini, "pretrained built-in") if found else
@@ -101,7 +101,7 @@ def prepare_models(args: argparse.Namespace, tmp: Path) -> dict[str, tuple[Path,
 
 def load(folder: Path, quant: str = "none", **kwargs: Any) -> Any:
     from engine.config import QuantSettings
-    from engine.loaders import load_model
+    from engine.models.loading import load_model
 
     return load_model(str(folder), QuantSettings(mode=quant), runs_dir=folder.parent, device=_cpu(),
                       allow_local_paths=True, **kwargs)
@@ -109,7 +109,7 @@ def load(folder: Path, quant: str = "none", **kwargs: Any) -> Any:
 
 def eos_ids(loaded: Any) -> list[int]:
     """The ids stream_generate stops on (tokenizer/model eos + end-of-turn markers), for the plain baseline."""
-    from engine.generate import END_OF_TURN_TOKENS
+    from engine.inference.generate import END_OF_TURN_TOKENS
 
     ids = {loaded.tokenizer.eos_token_id}
     cfg_eos = loaded.model.generation_config.eos_token_id
@@ -162,7 +162,7 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
 def _stream_times(loaded: Any, new: int, repeats: int) -> tuple[dict[str, int], dict[str, float]]:
     """(tokens, median seconds) of plain generate, generate in a fresh thread, and stream_generate."""
     from engine.config import GenerationSettings
-    from engine.generate import stream_generate
+    from engine.inference.generate import stream_generate
 
     eos = eos_ids(loaded)
     settings = GenerationSettings(max_new_tokens=new, do_sample=False, repetition_penalty=1.0)
@@ -259,7 +259,7 @@ def _rss_gib(field: str = "VmRSS") -> float:
 
 def quant_child(spec: dict[str, Any]) -> dict[str, Any]:
     """One quantization variant, alone in this process: load, generate, report speed and memory."""
-    import engine.model  # noqa: F401  (imports done before the RSS baseline)
+    import engine.models.compact  # noqa: F401  (imports done before the RSS baseline)
 
     torch.set_num_threads(spec["threads"])
     before = _rss_gib()
@@ -333,7 +333,7 @@ def section_quant(models: dict[str, tuple[Path, str]], args: argparse.Namespace)
 
 
 def section_onnx(models: dict[str, tuple[Path, str]], args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    from engine.onnx_export import compare_onnx, export_onnx
+    from engine.export.onnx import compare_onnx, export_onnx
 
     new = 24 if args.quick else 64
     rows, data = [], {}

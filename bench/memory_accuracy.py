@@ -8,7 +8,7 @@ Data: ../shared/memory/calibration.csv (path overridable with --csv). Every row 
 table ROWS below turns a row into an estimator query, says which of our numbers is comparable to it, and which
 split it belongs to:
 
-  fit     rows used to set the calibrated coefficients in engine.memory.CAL (never reported as accuracy)
+  fit     rows used to set the calibrated coefficients in engine.estimator.memory.CAL (never reported as accuracy)
   report  held-out rows: the accuracy table is computed on these only
   skip    rows that cannot be compared (vendor minimums, engines we do not model, unknown settings), with why
 
@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.config import MemoryQuery  # noqa: E402
-from engine.memory import GIB, _estimate_by_key, _fragmentation, _key, estimate  # noqa: E402
-from engine.presets import hardware_tiers  # noqa: E402
+from engine.estimator.catalog import hardware_tiers  # noqa: E402
+from engine.estimator.memory import GIB, _estimate_by_key, _fragmentation, _key, estimate  # noqa: E402
 
 DEFAULT_CSV = ROOT.parent / "shared" / "memory" / "calibration.csv"
 
@@ -417,7 +417,7 @@ def _sim_peak(cfg: Any, layers: int, q: MemoryQuery) -> dict[str, float]:
                 model.enable_input_require_grads()
         model.train()
         params = [prm for prm in model.parameters() if prm.requires_grad]
-        opt = torch.optim.AdamW(params, lr=1e-4, fused=True)  # as engine/train.py runs it
+        opt = torch.optim.AdamW(params, lr=1e-4, fused=True)  # as engine/training/run.py runs it
         mt = Tracker()
         mt.track_external(model, opt)
         ids = torch.randint(0, cfg.vocab_size, (q.batch, q.seq_len))
@@ -438,7 +438,7 @@ def _sim_peak(cfg: Any, layers: int, q: MemoryQuery) -> dict[str, float]:
 
 
 def resolve_arch(ref: str):
-    from engine.architecture import resolve
+    from engine.estimator.architecture import resolve
 
     return resolve(ref)
 
@@ -449,9 +449,9 @@ def simulate_main() -> int:
 
     import transformers
 
-    from engine import memory
-    from engine.architecture import analyze, config_from_dict
-    from engine.presets import catalog_lookup
+    from engine.estimator import memory
+    from engine.estimator.architecture import analyze, config_from_dict
+    from engine.estimator.catalog import catalog_lookup
 
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")
@@ -488,7 +488,7 @@ def _layers_key(config: dict[str, Any], n: int) -> dict[str, Any]:
 
 def _act_bytes(q: MemoryQuery, arch: Any) -> float:
     """Activations kept at the end of the forward pass for this architecture (no loss terms)."""
-    from engine import memory
+    from engine.estimator import memory
 
     p = memory._plan(q, arch)
     mods = arch.lora_modules(q.lora_targets)[0] if p.task == "lora" else []

@@ -11,7 +11,7 @@ Not a test: it prints a markdown table and PASS/FAIL against the targets of the 
 Recipes (both transformers `Trainer`, same model init, data, seed, learning rate, schedule and epochs):
   plain  every sample padded to max_seq_len (`DataCollatorForSeq2Seq(padding="max_length")`), batch 1,
          gradient accumulation 8, shuffled, no packing: the course's recipe.
-  ours   packing (engine/packing.py: first-fit decreasing rows of max_seq_len, per-sample position ids, no
+  ours   packing (engine/data/packing.py: first-fit decreasing rows of max_seq_len, per-sample position ids, no
          cross-contamination) with 1 row per micro-batch (the same tokens per forward pass as plain, so the
          same activation memory) and the accumulation chosen so that an optimizer step sees about the same
          number of useful tokens as plain's 8 samples.
@@ -23,7 +23,7 @@ Models: random:compact-mini (default with --quick: the preset's architecture wit
 tokenizer trained on the built-in corpus, full fine-tuning; no pretraining needed), builtin:compact-mini (the
 pretrained built-in, pretrained into --runs first if missing, ~3 min; LoRA by default), tiny-llama (a
 randomly initialized Llama-architecture model built from a small config; `--method qlora` (the CUDA default)
-loads it in 4-bit through engine.loaders like a real QLoRA run; on the CPU here, 1 epoch: 3.0x tok/s, 0.99x
+loads it in 4-bit through engine.models.loading like a real QLoRA run; on the CPU here, 1 epoch: 3.0x tok/s, 0.99x
 memory, eval loss +0.3%). On CUDA the same code runs on the GPU in bf16/fp16.
 
 Measurement: each recipe runs in its own subprocess (plain and ours alternate, `--repeats` times), because
@@ -103,8 +103,8 @@ class _RssPeak:
 
 
 def _tokenizer() -> Any:
-    from engine.data import load_records, record_texts
-    from engine.tokenizer import train_tokenizer
+    from engine.data.records import load_records, record_texts
+    from engine.models.tokenizer import train_tokenizer
 
     return train_tokenizer(record_texts(load_records("builtin:corpus")), vocab_size=2048)
 
@@ -114,11 +114,11 @@ def _model(spec: dict[str, Any], device: Any, dtype: Any) -> tuple[Any, Any]:
     import torch
 
     from engine.config import LoraSettings, QuantSettings
-    from engine.train import _apply_lora
+    from engine.training.run import _apply_lora
 
     name, method = spec["model"], spec["method"]
     if name == "random:compact-mini":
-        from engine.model import CompactForCausalLM, load_compact_preset
+        from engine.models.compact import CompactForCausalLM, load_compact_preset
 
         tokenizer = _tokenizer()
         config = load_compact_preset("compact-mini")
@@ -126,7 +126,7 @@ def _model(spec: dict[str, Any], device: Any, dtype: Any) -> tuple[Any, Any]:
         torch.manual_seed(spec["seed"])
         model = CompactForCausalLM(config).to(device.torch_device, dtype=dtype if method == "lora" else torch.float32)
     else:  # a folder: the pretrained built-in or the saved tiny Llama (parent prepared it)
-        from engine.loaders import load_model
+        from engine.models.loading import load_model
 
         quant = QuantSettings(mode="4bit") if method == "qlora" else QuantSettings(mode="none")
         loaded = load_model(spec["path"], quant, allow_local_paths=True, dtype=dtype if method != "full" else torch.float32, device=device)
@@ -134,7 +134,7 @@ def _model(spec: dict[str, Any], device: Any, dtype: Any) -> tuple[Any, Any]:
     if method == "qlora":
         from peft import prepare_model_for_kbit_training
 
-        from engine.bnb_safety import prepare_for_training
+        from engine.models.bnb_safety import prepare_for_training
 
         prepare_for_training(model)
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
@@ -146,7 +146,7 @@ def _model(spec: dict[str, Any], device: Any, dtype: Any) -> tuple[Any, Any]:
 
 
 def _data(tokenizer: Any, max_len: int, seed: int) -> tuple[list, list]:
-    from engine.data import load_records, split_eval, tokenize_records
+    from engine.data.records import load_records, split_eval, tokenize_records
 
     tok = tokenize_records(load_records("builtin:instructions"), tokenizer, max_len)
     return split_eval(tok.examples, 0.1, seed)
@@ -156,7 +156,7 @@ def eval_loss(model: Any, examples: list[dict[str, list[int]]], device: Any) -> 
     """Token-weighted cross-entropy over the held-out samples, each run alone (no padding, no packing)."""
     import torch
 
-    from engine.data import IGNORE_INDEX
+    from engine.data.records import IGNORE_INDEX
 
     model.eval()
     total, count = 0.0, 0
@@ -175,8 +175,8 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
-    from engine.device import detect_device, resolve_dtype
-    from engine.packing import PackingCollator, pack_examples
+    from engine.data.packing import PackingCollator, pack_examples
+    from engine.hardware.device import detect_device, resolve_dtype
 
     device = detect_device()
     if device.kind == "cpu" and spec["threads"] > 0:
@@ -242,7 +242,7 @@ def _prepare(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "lr": args.lr, "threads": args.threads}
     if args.model == "builtin:compact-mini":
         from engine.runs import default_runs_dir
-        from engine.train import ensure_builtin
+        from engine.training.run import ensure_builtin
 
         runs = Path(args.runs) if args.runs else default_runs_dir()
         print(f"built-in compact-mini from {runs} (pretrained there first if missing)", flush=True)

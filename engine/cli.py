@@ -67,9 +67,9 @@ def _merge(base: dict[str, Any], flat: dict[str, Any]) -> dict[str, Any]:
 def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
-    from .distributed import is_main_process as distributed_main
+    from .hardware.distributed import is_main_process as distributed_main
     from .runs import EventLog, default_runs_dir, run_path
-    from .train import run_training
+    from .training.run import run_training
 
     runs_dir = default_runs_dir()
     data: dict[str, Any] = {}
@@ -89,9 +89,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.run_dir:
         run_dir = Path(args.run_dir).resolve()
     else:
-        from . import distributed
-        from .device import detect_device
-        from .jobs import JobManager
+        from .hardware import distributed
+        from .hardware.device import detect_device
+        from .training.jobs import JobManager
 
         # Under `accelerate launch` the default name (a timestamp) could differ between ranks: rank 0 picks it.
         distributed.init(cpu=detect_device().kind == "cpu")
@@ -130,9 +130,9 @@ def _record_launched_pid(run_dir: Path) -> None:
     """A run started by `accelerate launch` (not by the app's JobManager, which writes `<run>/pid` itself): rank 0
     records its pid so that the app shows the run as running (not "killed"), refuses a second job meanwhile,
     and can stop it (STOP file) or kill its process group."""
-    from . import distributed
-    from .jobs import _proc_start_time, run_is_alive
+    from .hardware import distributed
     from .runs import atomic_write_text
+    from .training.jobs import _proc_start_time, run_is_alive
 
     if distributed.is_distributed() and distributed.is_main_process() and not run_is_alive(run_dir):
         pid = os.getpid()
@@ -145,8 +145,8 @@ def _record_launched_pid(run_dir: Path) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .generate import stream_generate
-    from .loaders import load_model
+    from .inference.generate import stream_generate
+    from .models.loading import load_model
     from .runs import default_runs_dir
 
     settings = from_flat(GenerationSettings, _given(args, GenerationSettings))
@@ -166,7 +166,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_prepare_builtin(args: argparse.Namespace) -> int:
     from .runs import default_runs_dir
-    from .train import ensure_builtin
+    from .training.run import ensure_builtin
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     path = ensure_builtin(args.preset, default_runs_dir())
@@ -175,7 +175,7 @@ def cmd_prepare_builtin(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from .export import merge_adapter
+    from .export.merge import merge_adapter
     from .runs import default_runs_dir, run_path
 
     out = merge_adapter(run_path(default_runs_dir(), args.run))
@@ -188,7 +188,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     import os
 
     from .errors import HubError
-    from .hub_push import check_repo_id, hub_offline, push_run, push_source
+    from .export.hub import check_repo_id, hub_offline, push_run, push_source
     from .runs import default_runs_dir, run_path
 
     runs_dir = default_runs_dir()
@@ -213,8 +213,8 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from .jobs import JobManager
     from .runs import default_runs_dir
+    from .training.jobs import JobManager
 
     for s in JobManager(default_runs_dir()).list_runs():
         loss = f"{s.last_loss:.3f}" if s.last_loss is not None else "-"
@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine", description="Compact LLM Lab engine: estimate memory, train, generate.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from .estimate_cli import add_estimate_parser
+    from .estimator.cli import add_estimate_parser
 
     add_estimate_parser(sub)
 

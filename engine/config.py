@@ -487,7 +487,7 @@ class TrainConfig:
         self.run_name = name
 
     def _check_data_sources(self) -> None:
-        from .sources import check_hub_config, check_hub_ref, check_split, is_hub_ref, parse_columns
+        from .data.sources import check_hub_config, check_hub_ref, check_split, is_hub_ref, parse_columns
 
         self.dataset, self.eval_dataset = self.dataset.strip(), self.eval_dataset.strip()
         for name in ("dataset", "eval_dataset"):
@@ -562,7 +562,7 @@ class GenerationSettings:
 
 
 # --- memory ---------------------------------------------------------------------------------------
-# (The estimator's query. Owned by engine/memory.py's author: keep the keys equal to the CLI query format.)
+# (The estimator's query. Owned by engine/estimator/memory.py's author: keep the keys equal to the CLI query format.)
 
 Task = Literal["inference", "full", "lora", "qlora"]
 WeightPrecision = Literal["auto", "fp32", "fp16", "bf16", "int8", "nf4", "fp4"]
@@ -570,7 +570,7 @@ WeightPrecision = Literal["auto", "fp32", "fp16", "bf16", "int8", "nf4", "fp4"]
 
 @dataclass
 class MemoryQuery:
-    """One "will it fit?" question. Keys equal the `estimate --queries` JSONL format (engine/memory.py)."""
+    """One "will it fit?" question. Keys equal the `estimate --queries` JSONL format (engine/estimator/memory.py)."""
 
     model: str = opt("builtin:compact-mini", "Built-in preset, catalog name, Hugging Face id, path to a config.json, or manual:L=..,h=..,a=..,kv=..,i=..,v=..,tied=0|1.", label="Model")
     task: Task = opt("qlora", "inference (prompt + generated tokens), full fine-tune, LoRA on 16/32-bit weights, or QLoRA (LoRA on 4-bit weights).", label="Task")

@@ -88,7 +88,7 @@ def atomic_replace_dir(tmp_dir: Path, final_dir: Path) -> None:
 
 
 def save_config(run_dir: Path, cfg: TrainConfig) -> Path:
-    from .distributed import is_main_process
+    from .hardware.distributed import is_main_process
 
     path = Path(run_dir) / "config.yaml"
     if is_main_process():  # under a multi-process launch every rank calls this; one writer is enough
@@ -124,12 +124,12 @@ class EventLog:
     """Append-only JSON-lines writer. Each line is written with one write() call and flushed, so a
     reader never sees a partial object except possibly the very last line (which readers skip).
 
-    Under a multi-process launch (engine/distributed.py) only rank 0 writes: the other ranks run the same
+    Under a multi-process launch (engine/hardware/distributed.py) only rank 0 writes: the other ranks run the same
     code, and their copies of each event would be duplicates. `all_ranks=True` is for the error log of the
     CLI, where a failure of rank 1 alone must still reach the UI (tagged with its rank)."""
 
     def __init__(self, path: Path, extra: dict[str, Any] | None = None, *, all_ranks: bool = False) -> None:
-        from .distributed import is_distributed, is_main_process, rank
+        from .hardware.distributed import is_distributed, is_main_process, rank
 
         self.path = Path(path)
         self.extra = extra or {}

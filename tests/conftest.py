@@ -1,13 +1,26 @@
-"""Shared fixtures: an offline environment and a tiny pretrained built-in model in a temp runs dir."""
+"""Shared fixtures and helpers for every test folder: an offline environment, the tiny models and tokenizers
+(built once per session, shared read-only), a tiny pretrained built-in model in a temp runs dir, the in-process
+app, the bitsandbytes 4-bit helpers and the browser settings. Test modules import helpers from here, never from
+each other."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
+import functools
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+import torch
+import yaml
+
+from engine.config import QuantSettings
+from engine.hardware.device import DeviceInfo
+from engine.models.loading import LoadedModel, builtin_model_dir, load_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -18,7 +31,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def runs_dir(tmp_path_factory) -> Path:
     """A runs directory with the built-in compact-mini 'pretrained' for a few steps (fast, real code path)."""
-    from engine.train import builtin_pretrain_config, run_training
+    from engine.training.run import builtin_pretrain_config, run_training
 
     runs = tmp_path_factory.mktemp("runs")
     cfg = dataclasses.replace(builtin_pretrain_config("compact-mini"), max_steps=4, micro_batch_size=4, max_seq_len=64, save_steps=100, logging_steps=1)
@@ -39,3 +52,177 @@ def running_app(runs: Path, **build_kwargs):
         yield demo
     finally:
         demo.close()
+
+
+# --- shared by several test folders (formerly in tests/models/test_loading.py) ---
+
+
+CPU = DeviceInfo(kind="cpu", name="test cpu", total_gib=8.0, bf16=True)
+
+
+EXCHANGES = [
+    ("what color is the sky", "the sky is blue and the sun is bright"),
+    ("what do cats like", "cats like to sleep in the warm sun"),
+    ("where do fish live", "fish live in the water of the sea"),
+    ("what is the capital of france", "the capital of france is paris"),
+    ("how many legs has a dog", "a dog has four legs and a tail"),
+    ("say hello", "hello there , how are you today"),
+]
+
+
+def chat_texts(tokenizer) -> list[str]:
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}, {"role": "assistant", "content": a}], tokenize=False
+        )
+        for q, a in EXCHANGES
+    ]
+
+
+def build_tiny_model(
+    dest: Path, *, steps: int = 120, max_positions: int = 64, seed: int = 0, bias: bool = True
+) -> Path:
+    """Save a tiny trained CompactLLM + tokenizer into `dest` (about a second on a CPU).
+
+    Hidden sizes are multiples of 32 so that bitsandbytes' 4-bit CPU path (which packs 32 output rows at
+    a time) accepts every layer.
+    """
+    from engine.models.compact import CompactConfig, CompactForCausalLM
+    from engine.models.tokenizer import train_tokenizer
+
+    corpus = [f"{q} ? {a} ." for q, a in EXCHANGES] * 4
+    tokenizer = train_tokenizer(corpus, vocab_size=320, model_max_length=max_positions)
+    config = CompactConfig(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=max_positions,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        dropout=0.0,
+        bias=bias,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = CompactForCausalLM(config)
+    tokenizer.padding_side = "right"
+    batch = tokenizer(chat_texts(tokenizer), return_tensors="pt", padding=True)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+    dest.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    return dest
+
+
+@functools.cache
+def tiny_model_dir(bias: bool = True) -> Path:
+    """One trained tiny model per process and variant, shared read-only by all four test modules (tests copy
+    it before changing anything). Removed when the process exits."""
+    root = Path(tempfile.mkdtemp(prefix="compact-tiny-"))
+    atexit.register(shutil.rmtree, root, True)
+    return build_tiny_model(root / "model", bias=bias)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir() -> Path:
+    return tiny_model_dir()
+
+
+def logits(loaded_or_model, text: str = "the sky is") -> torch.Tensor:
+    model = getattr(loaded_or_model, "model", loaded_or_model)
+    tokenizer = loaded_or_model.tokenizer
+    with torch.no_grad():
+        return model(**tokenizer(text, return_tensors="pt")).logits.float()
+
+
+def make_adapter_run(runs: Path, name: str = "lora-1", method: str = "lora", seed: int = 1) -> torch.nn.Module:
+    """Write a finished LoRA run on builtin:compact-mini with non-zero adapter weights; returns the peft model."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_dir = builtin_model_dir("compact-mini", runs)
+    base = AutoModelForCausalLM.from_pretrained(base_dir)
+    torch.manual_seed(seed)
+    peft_model = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
+    )
+    run_dir = runs / name
+    peft_model.save_pretrained(run_dir / "adapter")
+    AutoTokenizer.from_pretrained(base_dir).save_pretrained(run_dir / "adapter")
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"method": method, "base_model": "builtin:compact-mini"}))
+    return peft_model.eval()
+
+
+# --- shared by several test folders (formerly in tests/models/test_bnb_safety.py) ---
+
+QUANT = QuantSettings(mode="4bit", quant_type="nf4", double_quant=True)
+
+
+def has_avx512bf16() -> bool:
+    from bitsandbytes.functional import has_avx512bf16
+
+    return bool(has_avx512bf16())
+
+
+def load4(tiny_dir: Path) -> LoadedModel:
+    return load_model(str(tiny_dir), QUANT, runs_dir=tiny_dir.parent, device=CPU, allow_local_paths=True)
+
+
+def linear4bit_layers(model) -> list:
+    import bitsandbytes as bnb
+
+    return [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+
+
+def allow_repack(model) -> None:
+    """Restore bitsandbytes' default (what a model loaded without our loader has)."""
+    for layer in linear4bit_layers(model):
+        layer.support_avx512bf16_for_cpu = has_avx512bf16()
+
+
+def lora_grads(loaded: LoadedModel) -> dict[str, torch.Tensor]:
+    """Gradients of every LoRA weight for one fixed batch (same LoRA init every call)."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(123)
+    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", init_lora_weights=False)
+    model = get_peft_model(loaded.model, config)
+    model.train()
+    batch = loaded.tokenizer(
+        ["the sky is blue and the sun is bright", "cats like to sleep in the warm sun"],
+        return_tensors="pt",
+        padding=True,
+    )
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    model(**batch, labels=labels).loss.backward()
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def max_rel_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys() and a
+    return max(((a[k] - b[k]).norm() / a[k].norm().clamp_min(1e-12)).item() for k in a)
+
+
+@pytest.fixture(scope="module")
+def fresh_grads(tiny_dir) -> dict[str, torch.Tensor]:
+    return lora_grads(load4(tiny_dir))
+
+
+# --- shared by several test folders (formerly in tests/app/test_browser.py) ---
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]

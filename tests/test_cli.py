@@ -25,12 +25,12 @@ def test_resuming_a_run_saved_before_packing_keeps_it_padded(tmp_path, monkeypat
     """config.yaml files written before the `packing` field existed describe padded runs: --resume keeps them so."""
     import yaml
 
-    import engine.train
+    import engine.training.run
     from engine.cli import main
 
     seen = {}
     monkeypatch.setenv("COMPACT_LAB_RUNS", str(tmp_path))
-    monkeypatch.setattr(engine.train, "run_training", lambda cfg, run_dir, **kw: seen.setdefault("cfg", cfg) and {"type": "done"})
+    monkeypatch.setattr(engine.training.run, "run_training", lambda cfg, run_dir, **kw: seen.setdefault("cfg", cfg) and {"type": "done"})
     old = tmp_path / "old.yaml"
     old.write_text(yaml.safe_dump({"method": "full", "dataset": "builtin:dates"}))
     assert main(["train", "--config", str(old), "--run-dir", str(tmp_path / "r"), "--resume"]) == 0

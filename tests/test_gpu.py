@@ -14,10 +14,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 def test_qlora_on_cuda_trains_generates_and_records_memory(runs_dir):
     from engine.config import GenerationSettings, QuantSettings, TrainConfig
-    from engine.generate import generate_text
-    from engine.loaders import load_model
+    from engine.inference.generate import generate_text
+    from engine.models.loading import load_model
     from engine.runs import read_events
-    from engine.train import run_training
+    from engine.training.run import run_training
 
     loaded = load_model("builtin:compact-mini", QuantSettings(mode="4bit"), runs_dir=runs_dir)
     assert "Linear4bit" in {type(m).__name__ for m in loaded.model.modules()}

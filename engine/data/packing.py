@@ -1,0 +1,268 @@
+"""Packing: several short tokenized samples in one row, without cross-contamination.
+
+Padding every sample of an instruction dataset to the batch's longest one wastes most of the compute on
+pad tokens (the built-in instructions average 51 tokens). Packing fills rows of up to `max_len` tokens
+with whole samples instead (first-fit decreasing bin packing), and keeps the samples independent:
+
+- **attention**: each packed row carries `position_ids` that restart at 0 for every sample and no
+  `attention_mask`. transformers 5 turns exactly that into a block-diagonal causal mask:
+  `masking_utils._preprocess_mask_arguments` calls `find_packed_sequence_indices(position_ids)` (a new
+  sample starts wherever the position does not go up by 1) when `attention_mask is None` and there is no
+  cache, and `create_causal_mask` then ANDs the causal mask with "same sample" (`packed_sequence_mask_function`)
+  for sdpa, eager and flex attention alike. CompactLLM (engine/models/compact.py) and the Llama/Qwen/Mistral-style
+  models pass `position_ids` to `create_causal_mask`, so no model code is needed. This is the mechanism of
+  transformers' `DataCollatorWithFlattening`; we keep rows of `max_len` instead of flattening the whole
+  micro-batch into one row, because SDPA without flash-attention varlen kernels computes attention over the
+  whole row: (8 x 256)^2 for a flattened batch instead of 8 x 256^2.
+- **positions** restart per sample (learned absolute positions and RoPE both read `position_ids`).
+- **loss**: the first label of every packed sample is -100, so the last token of sample A never predicts the
+  first token of sample B (the model shifts labels by one). The first token of a sample is never a target
+  anyway (engine/data/records.py), so no training signal is lost.
+
+Models that ignore packed `position_ids` (remote code, flash-attention-2 with more than one row per batch)
+would silently attend across samples; `supports_packing` checks the loaded model once on a tiny batch and
+the run falls back to padding when it fails.
+
+Eval sets are never packed: the eval loss is then computed exactly as without packing, so runs with and
+without packing can be compared. `PackingCollator` handles both kinds of rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .records import IGNORE_INDEX
+
+log = logging.getLogger("engine.data.packing")
+
+
+@dataclass
+class PackReport:
+    """What packing did: how many samples went into how many rows, and how full the rows are."""
+
+    samples: int
+    rows: int
+    tokens: int
+    max_len: int
+
+    @property
+    def fill(self) -> float:
+        """Fraction of the row capacity (rows x max_len) holding real tokens."""
+        return self.tokens / (self.rows * self.max_len) if self.rows else 0.0
+
+    def as_event(self) -> dict[str, Any]:
+        return {"packed_rows": self.rows, "packed_samples": self.samples, "packing_fill": round(self.fill, 3)}
+
+    def summary(self) -> str:
+        return f"{self.samples} samples packed into {self.rows} rows of up to {self.max_len} tokens ({self.fill:.0%} full)"
+
+
+# --------------------------------------------------------------------------------------------------
+# Bin packing
+# --------------------------------------------------------------------------------------------------
+
+
+def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """Indices of `lengths` grouped into bins of at most `capacity`, first-fit decreasing.
+
+    O(n log n): a max-tree over the bins' free space finds the leftmost bin an item fits into (every one of
+    the n possible bins starts empty, so the leftmost fit is exactly first fit). Ties keep input order, so
+    the result is deterministic (resume sees the same rows).
+    """
+    n = len(lengths)
+    if any(length > capacity for length in lengths):
+        raise ValueError(f"a sample is longer than the row capacity {capacity}")
+    size = 1
+    while size < max(n, 1):
+        size *= 2
+    free = [0] * (2 * size)  # free[node] = largest free space of any bin below node
+    for leaf in range(n):
+        free[size + leaf] = capacity
+    for node in range(size - 1, 0, -1):
+        free[node] = max(free[2 * node], free[2 * node + 1])
+    bins: list[list[int]] = []
+    for i in sorted(range(n), key=lambda i: (-lengths[i], i)):
+        need = lengths[i]
+        node = 1
+        while node < size:  # descend to the leftmost leaf with enough room
+            node = 2 * node if free[2 * node] >= need else 2 * node + 1
+        b = node - size
+        if b == len(bins):
+            bins.append([])
+        bins[b].append(i)
+        free[node] -= need
+        node //= 2
+        while node:
+            free[node] = max(free[2 * node], free[2 * node + 1])
+            node //= 2
+    return bins
+
+
+def next_fit(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """Indices grouped into bins in their given order (a new bin when the next item does not fit).
+
+    Used with a curriculum: the rows keep the samples' order, which first-fit decreasing would destroy.
+    Sorted input packs well this way (neighbours have similar lengths).
+    """
+    bins: list[list[int]] = []
+    used = capacity + 1
+    for i, length in enumerate(lengths):
+        if length > capacity:
+            raise ValueError(f"a sample is longer than the row capacity {capacity}")
+        if used + length > capacity:
+            bins.append([])
+            used = 0
+        bins[-1].append(i)
+        used += length
+    return bins
+
+
+def pack_examples(
+    examples: Sequence[dict[str, list[int]]], max_len: int, *, keep_order: bool = False
+) -> tuple[list[dict[str, list[int]]], PackReport]:
+    """Rows of whole examples, each at most `max_len` tokens, with `input_ids`, `labels`, `position_ids`.
+
+    keep_order: pack consecutive examples (next fit) so that a curriculum order survives; otherwise first-fit
+    decreasing (fewest rows). Every token of every example is kept; an example longer than `max_len` is an
+    error (tokenization already truncated or dropped those).
+    """
+    lengths = [len(e["input_ids"]) for e in examples]
+    groups = next_fit(lengths, max_len) if keep_order else first_fit_decreasing(lengths, max_len)
+    rows = []
+    for group in groups:
+        ids: list[int] = []
+        labels: list[int] = []
+        positions: list[int] = []
+        for i in group:
+            ex = examples[i]
+            ids.extend(ex["input_ids"])
+            # the first label of a sample is never a target: the previous sample's last token must not predict it
+            labels.extend([IGNORE_INDEX, *ex["labels"][1:]])
+            positions.extend(range(len(ex["input_ids"])))
+        rows.append({"input_ids": ids, "labels": labels, "position_ids": positions})
+    return rows, PackReport(samples=len(examples), rows=len(rows), tokens=sum(lengths), max_len=max_len)
+
+
+# --------------------------------------------------------------------------------------------------
+# Collation
+# --------------------------------------------------------------------------------------------------
+
+
+class PackingCollator:
+    """Batches packed rows (with `position_ids`) or plain examples, as a Trainer `data_collator`.
+
+    Packed rows are right-padded to the batch's longest row (a multiple of `pad_to_multiple_of`); the padding
+    is its own "sample" (positions from 0, labels -100) so no real token attends to it, and no
+    `attention_mask` is returned (its absence is what makes transformers read the packing from
+    `position_ids`). Plain examples (the eval set, or packing turned off) go through
+    `DataCollatorForSeq2Seq(padding=True, label_pad_token_id=-100)` exactly as before.
+    """
+
+    def __init__(self, tokenizer: Any, pad_to_multiple_of: int | None = 8) -> None:
+        from transformers import DataCollatorForSeq2Seq
+
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = int(pad) if pad is not None else 0
+        self.multiple = pad_to_multiple_of or 1
+        self.padded = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=IGNORE_INDEX, pad_to_multiple_of=pad_to_multiple_of)
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        packed = ["position_ids" in f for f in features]
+        if not any(packed):
+            return self.padded(features)
+        if not all(packed):
+            raise ValueError("a batch mixes packed rows and plain examples")
+        longest = max(len(f["input_ids"]) for f in features)
+        width = -(-longest // self.multiple) * self.multiple
+        ids, labels, positions = [], [], []
+        for f in features:
+            pad = width - len(f["input_ids"])
+            ids.append(list(f["input_ids"]) + [self.pad_id] * pad)
+            labels.append(list(f["labels"]) + [IGNORE_INDEX] * pad)
+            positions.append(list(f["position_ids"]) + list(range(pad)))
+        return {
+            "input_ids": torch.tensor(ids, dtype=torch.long),
+            "labels": torch.tensor(labels, dtype=torch.long),
+            "position_ids": torch.tensor(positions, dtype=torch.long),
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Does this model honour packed position_ids?
+# --------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def supports_packing(model: Any, *, seed: int = 0) -> bool:
+    """True when `model` keeps packed samples apart: the logits of a sample inside a packed batch of two rows
+    equal its logits alone (relative to how much a real preceding context changes them).
+
+    A few dozen tokens in eval mode, without a cache; the training mode is restored. Two rows, because
+    flash-attention-2 reads packing from `position_ids` only when the batch has a single row.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        device = getattr(model, "device", None) or next(model.parameters()).device
+        vocab = int(getattr(model.config, "vocab_size", 0) or 0) or 256
+        gen = torch.Generator().manual_seed(seed)
+        a = torch.randint(min(4, vocab - 1), vocab, (2, 6), generator=gen)
+        b = torch.randint(min(4, vocab - 1), vocab, (2, 7), generator=gen)
+        packed_ids = torch.cat([a, b], dim=1).to(device)
+        positions = torch.cat([torch.arange(6), torch.arange(7)]).expand(2, -1).to(device)
+
+        def logits(**kw: Any) -> torch.Tensor:
+            return model(use_cache=False, **kw).logits.float()
+
+        packed = logits(input_ids=packed_ids, position_ids=positions)[:, 6:]
+        alone = logits(input_ids=b.to(device))
+        joined = logits(input_ids=packed_ids)[:, 6:]  # b after a as one text: what contamination looks like
+        err = (packed - alone).abs().max().item()
+        influence = (joined - alone).abs().max().item()
+        ok = err <= 0.05 * influence + 1e-3 * (1.0 + alone.abs().max().item())
+        if not ok:
+            log.warning("packing check failed: packed vs alone %.3g, context influence %.3g", err, influence)
+        return ok
+    finally:
+        model.train(was_training)
+
+
+# --------------------------------------------------------------------------------------------------
+# The training run's step (engine/training/run.py): curriculum order, then packing
+# --------------------------------------------------------------------------------------------------
+
+
+def arrange_train(
+    cfg: Any,
+    train: list[dict[str, list[int]]],
+    *,
+    examples: Sequence[dict[str, list[int]]],
+    recordset: Any,
+    report: Any,
+    max_len: int,
+    chunked: bool,
+    pack: bool,
+) -> tuple[list[dict[str, list[int]]], dict[str, Any]]:
+    """The training rows of a run and what to report about them.
+
+    train: the examples left after holding out the eval set (a subset of `examples`, same objects).
+    report: the tokenization report (row numbers of dropped rows, for the difficulty column).
+    pack: packing is on and the model honours packed positions (`supports_packing`). Blocks of plain text
+    (`chunked`) are already full rows and are never packed.
+    """
+    from . import curriculum
+
+    curriculum.check_applicable(cfg, chunked)
+    info: dict[str, Any] = {}
+    if not chunked and cfg.curriculum != "none":
+        train = curriculum.order(train, examples, curriculum.curriculum_keys(cfg, examples, recordset, report))
+        info["curriculum"] = cfg.curriculum
+    if pack and not chunked:
+        train, rep = pack_examples(train, max_len, keep_order=cfg.curriculum != "none")
+        info.update(rep.as_event())
+    return train, info

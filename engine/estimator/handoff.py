@@ -1,0 +1,149 @@
+"""Moving settings between panels: an estimator query <-> fine-tune form values, model choice lists.
+
+Kept out of app.py so the UI stays free of logic and so the mapping is tested on its own.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..config import MemoryQuery, TrainConfig
+from ..errors import ConfigError
+
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
+
+
+def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
+    """Fine-tune form values (TrainConfig dotted field names) for an estimator query."""
+    values: dict[str, Any] = {
+        "micro_batch_size": q.batch,
+        "grad_accum": q.grad_accum,
+        "max_seq_len": q.seq_len,
+        "grad_checkpointing": q.grad_ckpt,
+        "lora.r": q.lora_r,
+        "lora.alpha": 2 * q.lora_r,
+    }
+    if q.task in ("qlora", "lora", "full"):
+        values["method"] = q.task
+    if q.task == "lora" and q.weight_precision == "int8":
+        values["method"] = "lora"
+    if q.task == "qlora" and q.weight_precision in ("nf4", "fp4"):
+        values["quant.mode"] = "4bit"
+        values["quant.quant_type"] = q.weight_precision
+        values["quant.double_quant"] = q.double_quant
+    if q.optimizer in ("adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "sgd"):
+        values["optimizer"] = q.optimizer
+    targets = q.lora_targets
+    if isinstance(targets, (list, tuple)):
+        targets = ",".join(targets)
+    values["lora.targets"] = _train_targets(str(targets))
+    if not q.model.startswith(("/", "manual:")) and not q.model.endswith(".json"):
+        values["base_model"] = q.model
+    values["precision"] = {"amp-fp16": "fp16", "amp-bf16": "bf16", "pure-bf16": "bf16", "fp32": "fp32"}[q.training_precision]
+    return values
+
+
+_SHORT = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj", "down": "down_proj", "lm_head": "lm_head"}
+
+
+def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None) -> MemoryQuery:
+    """The estimator query for a training config run in `dtype` ("fp32" | "fp16" | "bf16").
+
+    model: what the estimator should resolve (a config.json path for runs/local folders); default base_model.
+    """
+    if cfg.method == "qlora":
+        wp = cfg.quant.quant_type
+    elif cfg.method == "lora" and cfg.quant.mode == "8bit":
+        wp = "int8"
+    elif cfg.method == "full" and dtype == "fp16":
+        wp = "fp32"  # fp16 AMP keeps fp32 master weights
+    else:
+        wp = dtype
+    tp = {"fp32": "fp32", "fp16": "amp-fp16", "bf16": "amp-bf16"}[dtype]
+    return MemoryQuery(
+        model=model or cfg.base_model,
+        # distill: the student trains in full; the frozen teacher is added by engine.training.distill.teacher_memory_gib
+        task="full" if cfg.method in ("scratch", "distill") else cfg.method,
+        weight_precision=wp,
+        double_quant=cfg.quant.double_quant,
+        training_precision=tp,
+        optimizer=cfg.optimizer,
+        lora_r=cfg.lora.r,
+        lora_targets=cfg.lora.targets,
+        lora_dropout=cfg.lora.dropout,
+        batch=cfg.micro_batch_size,
+        grad_accum=cfg.grad_accum,
+        # padded batches are at most max_seq_len long; packed rows (engine/data/packing.py) are filled up to it, so
+        # micro_batch x max_seq_len tokens per pass holds with packing too (then as the usual, not the worst, case)
+        seq_len=cfg.max_seq_len,
+        grad_ckpt=cfg.grad_checkpointing,
+    )
+
+
+def fit_verdict(need_gib: float, capacity_gib: float) -> str:
+    """fits / tight / no for a predicted need against a machine's usable capacity."""
+    if need_gib <= 0.9 * capacity_gib:
+        return "fits"
+    return "tight" if need_gib <= capacity_gib else "no"
+
+
+def _train_targets(spec: str) -> str:
+    if spec in ("all-linear", "attention"):
+        return spec
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    return ",".join(_SHORT.get(p, p) for p in parts) or "all-linear"
+
+
+def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -> str:
+    """Model references accepted from a browser: built-in, run:NAME(/merged), or a Hub id — never a server path,
+    unless the app was started with --allow-local-models (a trusted, local `python app.py`), where an
+    existing model folder is accepted too."""
+    ref = (ref or "").strip()
+    if allow_local and ref.startswith(("/", "~", ".")):
+        folder = Path(ref).expanduser()
+        if not (folder / "config.json").is_file():
+            raise ConfigError("model", ref, "a model folder (one with a config.json in it)")
+        return str(folder.resolve())
+    if ref.startswith(("builtin:", "run:")):
+        name = ref.split(":", 1)[1]
+        if ref.startswith("run:") and name.endswith("/merged"):
+            name = name[: -len("/merged")]
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) or ".." in name:
+            raise ConfigError("model", ref, "builtin:NAME or run:NAME with a plain name")
+        return ref
+    if ref.startswith(("/", "~", ".")) or "\\" in ref or ".." in ref or not HUB_ID_RE.match(ref):
+        raise ConfigError("model", ref, "a built-in model, one of your runs, or a Hugging Face id like 'Qwen/Qwen2.5-0.5B' (server paths are not accepted from the browser)")
+    return ref
+
+
+def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path, *, allow_local_models: bool = False) -> None:
+    """Reject browser-supplied configs that name server paths (model folders, arbitrary data files). Model folders
+    are accepted with allow_local_models (a trusted local `python app.py --allow-local-models`)."""
+    check_ui_model_ref(cfg.base_model, runs_dir, allow_local=allow_local_models)
+    if cfg.teacher_model:  # checked even when unused (method is not distill): it is saved in the run's config
+        try:
+            check_ui_model_ref(cfg.teacher_model, runs_dir, allow_local=allow_local_models)
+        except ConfigError as exc:
+            raise ConfigError("teacher_model", cfg.teacher_model, exc.allowed) from None
+    for name in ("dataset", "eval_dataset"):
+        ref = getattr(cfg, name)
+        if not ref or ref.startswith(("builtin:", "hub:")):  # hub:owner/name is checked by TrainConfig
+            continue
+        path = Path(ref).resolve()
+        if not path.is_relative_to(Path(upload_dir).resolve()):
+            raise ConfigError(name, ref, "a built-in dataset, hub:owner/name or a file uploaded through the form")
+
+
+def check_ui_estimator_model(ref: str, upload_dir: Path) -> str:
+    """Estimator model references from a browser: built-in, manual:..., catalog/Hub id, or an uploaded config.json."""
+    ref = (ref or "").strip()
+    if ref.startswith(("builtin:", "manual:")):
+        return ref
+    if ref.endswith(".json") or ref.startswith(("/", "~", ".")):
+        path = Path(ref).resolve()
+        if path.is_relative_to(Path(upload_dir).resolve()):
+            return str(path)
+        raise ConfigError("model", ref, "a config.json uploaded through the form (server paths are not accepted from the browser)")
+    return check_ui_model_ref(ref, Path(upload_dir))

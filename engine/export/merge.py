@@ -1,0 +1,158 @@
+"""Export a finished run: merge its LoRA adapter into the base model, and zip the run for download.
+
+Merging a QLoRA adapter the right way (design.md §4, "cannot merge a QLoRA adapter"): the adapter was
+trained on 4-bit weights, but merging into 4-bit weights would re-quantize the sum and lose most of the
+update. So the base is reloaded *unquantized* (fp32 on CPU, the chosen 16-bit dtype on a GPU), the adapter is
+applied with peft, `merge_and_unload()` folds it into the weights, and the result is saved as safetensors
+with the tokenizer: a plain model any tool can load, no peft needed. On CPU the merge is done in fp32 and
+only the saved copy is cast to the requested dtype, so an fp16 export loses nothing to fp16 arithmetic.
+
+Outputs are written under a temporary name and renamed into place (design.md §3: atomic writes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from ..config import QuantSettings
+from ..errors import EngineError, ModelLoadError
+from ..hardware.device import DeviceInfo, detect_device, resolve_dtype
+
+ExportDtype = Literal["auto", "fp16", "bf16", "fp32"]
+_EXPORT_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+# Already-compressed formats: deflating them costs time and saves nothing.
+_STORED_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".zip", ".gz", ".npy"}
+
+
+def _export_dtype(dtype: str, device: DeviceInfo) -> torch.dtype:
+    if dtype == "auto":
+        return resolve_dtype("auto", device)
+    if dtype not in _EXPORT_DTYPES:
+        raise EngineError(f"dtype = {dtype!r} is not allowed for a merged model: use auto, fp16, bf16 or fp32.")
+    return _EXPORT_DTYPES[dtype]
+
+
+def merge_adapter(
+    run_dir: Path,
+    out_dir: Path | None = None,
+    dtype: ExportDtype = "auto",
+    *,
+    runs_dir: Path | None = None,
+    device: DeviceInfo | None = None,
+) -> Path:
+    """Merge the LoRA adapter of a finished run into its base model; returns the merged folder.
+
+    out_dir: default `<run>/merged`. dtype: of the saved weights; auto = the device policy (fp32 on CPU,
+    bf16 on Ampere+, fp16 on T4). runs_dir: where `builtin:`/`run:` references of the base resolve
+    (default: the run's parent folder). Raises ModelLoadError when the run has no adapter or the base
+    cannot be loaded.
+    """
+    from peft import PeftModel
+
+    from ..models.loading import _adapter_base, _has_tokenizer, _read_run_base, _tokenizer_from, load_model
+    from ..runs import atomic_replace_dir, atomic_write_text
+
+    run_dir = Path(run_dir)
+    adapter_dir = run_dir / "adapter"
+    if not (adapter_dir / "adapter_config.json").exists():
+        if (run_dir / "model" / "config.json").exists():
+            raise ModelLoadError(
+                f"Run {run_dir.name!r} trained every weight: its model/ folder already is a complete model, "
+                "nothing to merge."
+            )
+        raise ModelLoadError(
+            f"Run {run_dir.name!r} has no LoRA adapter to merge (no adapter/adapter_config.json): has it finished?"
+        )
+    base_ref, _ = _read_run_base(run_dir)
+    base_ref = base_ref or _adapter_base(adapter_dir)
+    if not base_ref:
+        raise ModelLoadError(f"Run {run_dir.name!r} does not say which base model its adapter belongs to.")
+
+    device = device or detect_device()
+    save_dtype = _export_dtype(dtype, device)
+    # CPU: merge in fp32 (fp16 arithmetic on CPU is slow and lossy), cast only for saving.
+    # GPU: load straight in the saved dtype, since there memory is what is scarce.
+    load_dtype = torch.float32 if device.kind == "cpu" else save_dtype
+    loaded = load_model(
+        base_ref,
+        QuantSettings(mode="none"),  # never merge into quantized weights
+        runs_dir=Path(runs_dir) if runs_dir else run_dir.parent,
+        allow_local_paths=True,  # the base was named by this run's own config, validated when it was created
+        device=device,
+        dtype=load_dtype,
+    )
+    base = loaded.model
+    if isinstance(base, PeftModel):  # the base is itself an adapter run (run:NAME): fold that in first
+        base = base.merge_and_unload()
+    try:
+        model = PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=False)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ModelLoadError(
+            f"The adapter of run {run_dir.name!r} does not fit its base model {base_ref}: {exc}"
+        ) from exc
+    merged = model.merge_and_unload()
+    merged = merged.to(save_dtype)
+    merged.eval()
+
+    tokenizer = _tokenizer_from(str(adapter_dir), False) if _has_tokenizer(adapter_dir) else loaded.tokenizer
+
+    out_dir = Path(out_dir) if out_dir else run_dir / "merged"
+    tmp = out_dir.parent / f".{out_dir.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        merged.save_pretrained(str(tmp))  # safetensors (the only format transformers 5 writes)
+        tokenizer.save_pretrained(str(tmp))
+        info = {"base_model": base_ref, "adapter": str(adapter_dir), "dtype": str(save_dtype).replace("torch.", "")}
+        atomic_write_text(tmp / "merge_info.json", json.dumps(info, indent=2) + "\n")
+        atomic_replace_dir(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _skip(rel: Path, include_checkpoints: bool) -> bool:
+    first = rel.parts[0]
+    if not include_checkpoints and first.startswith("checkpoint-"):
+        return True
+    # Temp names of atomic writes (".merged.tmp", ".config.yaml.xyz.tmp"), the live pid file and a stop
+    # request are process state, not results.
+    return any(part.startswith(".") for part in rel.parts) or rel.as_posix() in ("pid", "STOP")
+
+
+def zip_run(run_dir: Path, *, include_checkpoints: bool = False, out_path: Path | None = None) -> Path:
+    """Zip a run folder for download; returns the zip's path (default `<runs>/_exports/<run>.zip`).
+
+    Files are stored under `<run>/...` in the archive. Checkpoints are left out unless asked for (they
+    are only needed to resume, and are the largest part). Written to a temp name, then renamed.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise EngineError(f"There is no run folder {run_dir.name!r} to zip.")
+    out_path = Path(out_path) if out_path else run_dir.parent / "_exports" / f"{run_dir.name}.zip"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for path in sorted(run_dir.rglob("*")):
+                rel = path.relative_to(run_dir)
+                if not path.is_file() or path.is_symlink() or _skip(rel, include_checkpoints):
+                    continue
+                method = zipfile.ZIP_STORED if path.suffix in _STORED_SUFFIXES else zipfile.ZIP_DEFLATED
+                zf.write(path, f"{run_dir.name}/{rel.as_posix()}", compress_type=method)
+        os.replace(tmp, out_path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return out_path

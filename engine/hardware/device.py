@@ -1,0 +1,163 @@
+"""Hardware detection and the dtype policy of the whole engine.
+
+One place decides which dtype a job computes in, so that the loader, the trainer and the estimator agree:
+
+| device                      | auto  | fp16                  | bf16                         | fp32 |
+|-----------------------------|-------|-----------------------|------------------------------|------|
+| CUDA, compute capability>=8 | bf16  | ok                    | ok                           | ok   |
+| CUDA, older (T4 = 7.5)      | fp16  | ok                    | ConfigError (no bf16 units)  | ok   |
+| CPU                         | fp32  | ConfigError (slow)    | ok if torch supports it      | ok   |
+
+Why fp16 is refused on CPU: most CPU kernels have no fp16 path (they upcast per op or are missing), so an
+fp16 model on CPU is slower than fp32 and fp16 training without a GPU grad scaler diverges easily. bf16 on
+CPU is allowed because torch has real bf16 CPU kernels (AVX512-BF16/AMX make it fast; elsewhere it is
+emulated but correct), but `auto` still picks fp32 there: it is the safe and predictable default.
+
+Peak-memory helpers report CUDA `max_memory_allocated` on a GPU and the process's peak resident set size
+on CPU (which includes Python, torch and everything else in the process, and cannot be reset: on CPU
+`reset_peak` is a no-op and the number is a high-water mark for the process's lifetime).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from ..errors import ConfigError
+
+DeviceKind = Literal["cuda", "cpu"]
+
+_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the engine needs to know about the device a model runs on."""
+
+    kind: DeviceKind
+    name: str
+    total_gib: float
+    bf16: bool  # native bf16 support (Ampere+ on CUDA; torch bf16 kernels on CPU)
+    capability: tuple[int, int] | None = None  # CUDA compute capability, None on CPU
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device("cuda:0" if self.kind == "cuda" else "cpu")
+
+
+def _cpu_total_gib() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
+def ram_gib() -> float:
+    """This machine's physical RAM in GiB (0 when the OS does not say)."""
+    return _cpu_total_gib()
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "CPU"
+
+
+def detect_device() -> DeviceInfo:
+    """The device new models go to: the first CUDA GPU if there is one, otherwise the CPU."""
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        cap = (props.major, props.minor)
+        return DeviceInfo(
+            kind="cuda",
+            name=props.name,
+            total_gib=props.total_memory / 2**30,
+            # is_bf16_supported() also says True on pre-Ampere cards where bf16 is emulated (slow); the
+            # policy wants real bf16 units, i.e. compute capability >= 8.
+            bf16=cap[0] >= 8,
+            capability=cap,
+        )
+    return DeviceInfo(kind="cpu", name=_cpu_name(), total_gib=_cpu_total_gib(), bf16=_cpu_bf16_ok(), capability=None)
+
+
+def _cpu_bf16_ok() -> bool:
+    """Whether a bf16 matmul runs on this CPU build of torch (it does on every x86/ARM build we pin)."""
+    try:
+        a = torch.ones(2, 2, dtype=torch.bfloat16)
+        return bool((a @ a).float().sum().item() == 8.0)
+    except RuntimeError:
+        return False
+
+
+def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str = "compute_dtype") -> torch.dtype:
+    """The torch dtype for a dtype choice ("auto", "fp16", "bf16", "fp32") on `device` (see module table).
+
+    Raises ConfigError, naming `field`, for combinations that would silently be slow or wrong.
+    """
+    device = device or detect_device()
+    if choice == "auto":
+        if device.kind == "cuda":
+            return torch.bfloat16 if device.bf16 else torch.float16
+        return torch.float32
+    if choice not in _DTYPES:
+        raise ConfigError(field, choice, "one of auto, fp16, bf16, fp32")
+    if choice == "bf16" and not device.bf16:
+        if device.kind == "cuda":
+            cap = ".".join(map(str, device.capability or ()))
+            raise ConfigError(
+                field,
+                choice,
+                f"fp16, fp32 or auto: {device.name} (compute capability {cap}) has no bf16 support "
+                "(bf16 needs an Ampere or newer GPU, compute capability 8.0+; a T4 is 7.5). auto picks fp16 here",
+            )
+        raise ConfigError(field, choice, "fp32 or auto: this CPU build of torch cannot compute in bf16")
+    if choice == "fp16" and device.kind == "cpu":
+        raise ConfigError(
+            field,
+            choice,
+            "fp32, bf16 or auto on CPU: fp16 has no fast CPU kernels and is unstable for training without a GPU. "
+            "Use fp16 on a GPU",
+        )
+    return _DTYPES[choice]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Short name ("fp16", "bf16", "fp32") of a torch dtype, for logs and the UI."""
+    for name, dt in _DTYPES.items():
+        if dt == dtype:
+            return name
+    return str(dtype).replace("torch.", "")
+
+
+def peak_memory_gib(device: DeviceInfo | None = None) -> float | None:
+    """Peak memory since the last `reset_peak`: CUDA allocated bytes, or the process's peak RSS on CPU."""
+    device = device or detect_device()
+    if device.kind == "cuda":
+        if not torch.cuda.is_available():
+            return None
+        return torch.cuda.max_memory_allocated(0) / 2**30
+    try:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (OSError, ValueError):
+        return None
+    # ru_maxrss is in kilobytes on Linux and in bytes on macOS.
+    return peak / 2**30 if sys.platform == "darwin" else peak / 2**20
+
+
+def reset_peak(device: DeviceInfo | None = None) -> None:
+    """Start a new peak-memory window (CUDA only; the CPU peak RSS cannot be reset)."""
+    device = device or detect_device()
+    if device.kind == "cuda" and torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats(0)

@@ -1,0 +1,1 @@
+"""Inference: streaming generation, batch generation, evaluation (perplexity) and the scored date task."""

@@ -1,0 +1,166 @@
+"""Trainer callbacks: progress events for the UI, and a cooperative stop that saves before exiting.
+
+transformers' Trainer already does the loop, accumulation, AMP, checkpointing and resume; these
+callbacks only *report* (events.jsonl, polled by the UI) and *listen* (a STOP file dropped by the job
+manager), which the Trainer has no notion of. Early stopping is transformers' own callback, with an event
+added so the UI's log says why a run ended early. (TensorBoard logging: engine/training/tensorboard.py.)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import EarlyStoppingCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from ..hardware.device import DeviceInfo, peak_memory_gib
+from ..hardware.distributed import any_rank
+from ..runs import EventLog
+
+log = logging.getLogger("engine.training.run")
+
+
+class EventsCallback(TrainerCallback):
+    """Writes one `progress` event per logging step and one `eval` event per evaluation."""
+
+    def __init__(self, events: EventLog, device: DeviceInfo, mirror: EventLog | None = None) -> None:
+        self.events = events
+        self.mirror = mirror  # the parent run's log while pretraining a built-in base for it
+        self.device = device
+        self.t0 = time.time()
+        self.step0 = 0
+        self.last_t = self.t0
+        self.last_tokens = 0
+        self.peak_gib = 0.0
+        self.last_eval: tuple[int, float] | None = None  # (step, eval loss) of the latest evaluation
+
+    def _write(self, type_: str, **data: Any) -> None:
+        self.events.write(type_, **data)
+        if self.mirror is not None:
+            self.mirror.write("base_" + type_, **data)
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        self.t0 = self.last_t = time.time()
+        self.step0 = state.global_step  # > 0 when resuming
+        self.last_tokens = state.num_input_tokens_seen
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: dict | None = None, **kw: Any) -> None:
+        logs = logs or {}
+        now = time.time()
+        if "eval_loss" in logs:
+            loss = logs["eval_loss"]
+            self.last_eval = (state.global_step, loss)
+            self._write("eval", step=state.global_step, eval_loss=loss, perplexity=_ppl(loss))
+            return
+        if "loss" not in logs:
+            return
+        done = state.global_step - self.step0
+        elapsed = now - self.t0
+        eta = (elapsed / done) * (state.max_steps - state.global_step) if done > 0 else None
+        tokens = state.num_input_tokens_seen
+        dt = max(now - self.last_t, 1e-9)
+        tok_s = (tokens - self.last_tokens) / dt
+        self.last_t, self.last_tokens = now, tokens
+        mem = peak_memory_gib(self.device)
+        if mem is not None:
+            self.peak_gib = max(self.peak_gib, mem)
+        self._write(
+            "progress",
+            step=state.global_step,
+            max_steps=state.max_steps,
+            epoch=round(state.epoch or 0.0, 4),
+            loss=_finite(logs.get("loss")),
+            lr=logs.get("learning_rate"),
+            grad_norm=_finite(logs.get("grad_norm")),
+            tokens_per_s=round(tok_s, 1),
+            tokens_seen=tokens,
+            elapsed_s=round(elapsed, 1),
+            eta_s=None if eta is None else round(eta, 1),
+            mem_gib=None if mem is None else round(mem, 3),
+            # the two parts of a distillation loss (engine/training/distill.py), when there is one
+            **{k: _finite(logs[k]) for k in ("kd_loss", "ce_loss") if k in logs},
+        )
+
+
+class StopAtLossCallback(TrainerCallback):
+    """Ends training normally (final save included) once the logged training loss reaches a threshold."""
+
+    def __init__(self, threshold: float, events: EventLog) -> None:
+        self.threshold = threshold
+        self.events = events
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: dict | None = None, **kw: Any) -> None:
+        # The logged loss is already averaged over all ranks by the Trainer, so every rank decides alike.
+        loss = _finite((logs or {}).get("loss"))
+        if self.threshold > 0 and loss is not None and loss <= self.threshold and not control.should_training_stop:
+            self.events.write("phase", phase=f"loss {loss:.4f} reached the stop-at-loss threshold {self.threshold}: finishing")
+            control.should_training_stop = True
+
+
+class EvalPatienceCallback(EarlyStoppingCallback):
+    """transformers' EarlyStoppingCallback (stop once eval loss has not improved for `patience` evaluations
+    in a row), writing an `early_stop` event and a phase when it fires.
+
+    It needs `metric_for_best_model="eval_loss"` (train.py sets it) but deliberately not
+    `load_best_model_at_end`: that option demands save_steps be a multiple of eval_steps and reloads a
+    checkpoint that only exists when an evaluation fell on a save step, so we keep the model at the stop
+    and report the best step (whose checkpoint save_total_limit then never deletes, see Trainer's
+    best_model_checkpoint). The parent only warns about the missing option in train.log.
+    """
+
+    def __init__(self, patience: int, events: EventLog) -> None:
+        super().__init__(early_stopping_patience=patience)
+        self.events = events
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, metrics: dict | None = None, **kw: Any) -> None:
+        already = control.should_training_stop
+        # state.best_metric is still the best *before* this evaluation (Trainer updates it afterwards).
+        best_before, best_step = state.best_metric, state.best_global_step
+        super().on_evaluate(args, state, control, metrics=metrics or {}, **kw)
+        if not control.should_training_stop or already or not state.is_world_process_zero:
+            return
+        loss = _finite((metrics or {}).get("eval_loss"))
+        message = (f"early stopping: eval loss has not improved for {self.early_stopping_patience} evaluation(s) "
+                   f"(now {loss:.4f}, best {best_before:.4f} at step {best_step}); finishing at step {state.global_step}")
+        self.events.write("early_stop", step=state.global_step, eval_loss=loss, best_eval_loss=_finite(best_before),
+                          best_step=best_step, patience=self.early_stopping_patience)
+        self.events.write("phase", phase=message)
+        log.warning(message)
+
+
+class StopFileCallback(TrainerCallback):
+    """Stops at the next optimizer step when `<run>/STOP` exists, saving a checkpoint first so that a
+    stopped run resumes exactly where it was (no lost work)."""
+
+    def __init__(self, stop_file: Path) -> None:
+        self.stop_file = Path(stop_file)
+        self.stopped = False
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        # Several processes (accelerate launch): the file may appear between two ranks' checks, and a rank
+        # that stops alone leaves the others waiting in DDP's all-reduce for ever. Every rank reaches this
+        # point once per optimizer step, so one MAX all-reduce gives all of them the same answer.
+        if any_rank(self.stop_file.exists()):
+            self.stopped = True
+            control.should_save = True
+            control.should_training_stop = True
+
+
+def _finite(x: Any) -> float | None:
+    if x is None:
+        return None
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _ppl(loss: Any) -> float | None:
+    loss = _finite(loss)
+    if loss is None or loss > 50:
+        return None
+    return round(math.exp(loss), 3)

@@ -1,0 +1,261 @@
+"""Training jobs as subprocesses: one at a time, stoppable, resumable, and found again after a restart.
+
+The app never trains on its own threads. `JobManager.start` writes the run's config.yaml and launches
+`python -m engine train --config <run>/config.yaml --run-dir <run>` in a new session (process group),
+with stdout/stderr going to `<run>/train.log` (a file, never an undrained pipe). The process records
+its pid in `<run>/pid`; status is read back from `events.jsonl`, so a reloaded page, a second browser or
+a restarted app all see the same state. Stop asks politely (a STOP file: the run saves a checkpoint and
+exits) and kills the whole process tree if it has not exited after a grace period.
+
+Shared state: one JobManager per runs directory is created by app.py and shared by all sessions; its
+lock serializes start/stop so two clicks cannot start two jobs.
+
+Who may stop a run: with `owner_only=True` (the app on a public share link or a Space), a run started with an
+`owner` key (a random key the browser keeps in its local storage) can be stopped, resumed, retried or deleted
+only with that key; the key is stored hashed in `<run>/owner`. Runs started without a key (the CLI, a local
+app) can be controlled by anyone who can reach the app.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+from ..config import TrainConfig
+from ..errors import JobError
+from ..runs import RunSummary, atomic_write_text, run_path, save_config, summarize
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _owner_hash(owner: str) -> str:
+    # only a hash lands in the run folder: a zipped or shared run does not give away the browser's key
+    return hashlib.sha256(owner.encode("utf-8")).hexdigest()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped) is not alive for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().split(") ", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _proc_start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().split(") ", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def run_is_alive(run_dir: Path) -> bool:
+    """Is the process recorded in `<run>/pid` still running (and still the same process)?"""
+    pid_file = Path(run_dir) / "pid"
+    try:
+        parts = pid_file.read_text().split()
+        pid = int(parts[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    if not _pid_alive(pid):
+        return False
+    recorded = parts[1] if len(parts) > 1 else None
+    current = _proc_start_time(pid)
+    # pid reuse after a reboot: a different start time means a different process
+    return recorded is None or current is None or recorded == current
+
+
+class JobManager:
+    """Starts, stops and reports training runs under one runs directory."""
+
+    def __init__(self, runs_dir: Path, *, python: str | None = None, stop_grace_s: float = 20.0, owner_only: bool = False) -> None:
+        self.runs_dir = Path(runs_dir)
+        self.owner_only = owner_only
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.python = python or sys.executable
+        self.stop_grace_s = stop_grace_s
+        self._lock = threading.Lock()
+        self._procs: dict[str, subprocess.Popen] = {}  # children of this process (reaped on poll)
+
+    # ---- queries ---------------------------------------------------------------------------------
+
+    def run_dirs(self) -> list[Path]:
+        dirs = [p for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith((".", "_")) and (p / "config.yaml").exists()]
+        return sorted(dirs, key=lambda p: p.stat().st_mtime, reverse=True)
+
+    def _alive(self, run_dir: Path) -> bool:
+        proc = self._procs.get(run_dir.name)
+        if proc is not None and proc.poll() is not None:
+            self._procs.pop(run_dir.name, None)
+        return run_is_alive(run_dir)
+
+    def active(self) -> str | None:
+        """Name of the running job, if any (found from pid files, so it survives app restarts)."""
+        for run_dir in self.run_dirs():
+            if self._alive(run_dir):
+                return run_dir.name
+        return None
+
+    def status(self, name: str) -> RunSummary:
+        run_dir = run_path(self.runs_dir, name)
+        if not (run_dir / "config.yaml").exists():
+            raise JobError(f"There is no run named {name!r} in {self.runs_dir}.")
+        return summarize(run_dir, alive=self._alive(run_dir))
+
+    def list_runs(self) -> list[RunSummary]:
+        return [summarize(d, alive=self._alive(d)) for d in self.run_dirs()]
+
+    def finished_runs(self) -> list[RunSummary]:
+        return [s for s in self.list_runs() if s.state == "finished" and s.output]
+
+    # ---- actions ---------------------------------------------------------------------------------
+
+    def new_run_name(self, cfg: TrainConfig) -> str:
+        if cfg.run_name:
+            return cfg.run_name
+        base = f"{cfg.method}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        name, i = base, 1
+        while (self.runs_dir / name).exists():
+            i += 1
+            name = f"{base}-{i}"
+        return name
+
+    def may_control(self, name: str, owner: str | None) -> bool:
+        """May the holder of `owner` stop, resume, retry or delete run `name`? (See the module docstring.)"""
+        if not self.owner_only:
+            return True
+        try:
+            recorded = (run_path(self.runs_dir, name) / "owner").read_text(encoding="ascii").strip()
+        except OSError:
+            return True  # started without an owner key (CLI, local app)
+        return bool(owner) and _owner_hash(owner) == recorded
+
+    def check_control(self, name: str, owner: str | None, action: str) -> None:
+        """Raise JobError unless `owner` may act on run `name`."""
+        if not self.may_control(name, owner):
+            raise JobError(f"Run '{name}' was started from another browser: only that browser can {action} it. "
+                           "You can still watch it, and download or load it once it has finished.")
+
+    def start(self, cfg: TrainConfig, owner: str | None = None) -> str:
+        """Start a new run; refuses while another run is going. Returns the run name. `owner`: the key of the
+        browser that starts it (only that key may stop it when `owner_only`)."""
+        with self._lock:
+            busy = self.active()
+            if busy:
+                raise JobError(f"Run '{busy}' is still training. Stop it (or wait for it to finish) before starting another: one job at a time keeps the GPU from running out of memory.")
+            name = self.new_run_name(cfg)
+            run_dir = run_path(self.runs_dir, name)
+            if run_dir.exists() and any(run_dir.iterdir()):
+                raise JobError(f"A run named '{name}' already exists. Pick another run name, or resume it from the run history.")
+            run_dir.mkdir(parents=True, exist_ok=True)
+            save_config(run_dir, cfg)
+            if owner:
+                atomic_write_text(run_dir / "owner", _owner_hash(owner) + "\n")
+            self._launch(run_dir, resume=False)
+            return name
+
+    def resume(self, name: str) -> str:
+        """Continue a stopped, failed or killed run from its last complete checkpoint."""
+        with self._lock:
+            busy = self.active()
+            if busy:
+                raise JobError(f"Run '{busy}' is still training; stop it before resuming '{name}'.")
+            summary = self.status(name)
+            if summary.state in ("finished",):
+                raise JobError(f"Run '{name}' already finished; start a new run to train more.")
+            self._launch(summary.path, resume=True)
+            return name
+
+    def retry_smaller_batch(self, name: str, owner: str | None = None) -> str:
+        """After an out-of-memory failure: a new run with half the micro batch and twice the accumulation
+        (the same effective batch, so the same training recipe), named after the failed one."""
+        import dataclasses
+
+        from ..runs import load_config
+
+        summary = self.status(name)
+        if summary.state != "failed" or summary.error_kind != "oom":
+            raise JobError(f"Run '{name}' did not run out of memory; this retry is only for out-of-memory failures.")
+        cfg = load_config(summary.path / "config.yaml")
+        if cfg.micro_batch_size == 1:
+            raise JobError("The micro batch is already 1: enable gradient checkpointing, use QLoRA or an 8-bit optimizer, or shorten the sequence length.")
+        base = f"{name}-mb{cfg.micro_batch_size // 2}"
+        new_name, i = base, 1
+        while (self.runs_dir / new_name).exists():
+            i += 1
+            new_name = f"{base}-{i}"
+        retry = dataclasses.replace(cfg, micro_batch_size=cfg.micro_batch_size // 2, grad_accum=cfg.grad_accum * 2, run_name=new_name)
+        return self.start(retry, owner=owner)
+
+    def _launch(self, run_dir: Path, *, resume: bool) -> None:
+        cmd = [self.python, "-m", "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
+        if resume:
+            cmd.append("--resume")
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env["COMPACT_LAB_RUNS"] = str(self.runs_dir)
+        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        (run_dir / "STOP").unlink(missing_ok=True)
+        env["COMPACT_LAB_LAUNCHED_AT"] = repr(time.time())  # a STOP written after this is for this process (train.py)
+        with open(run_dir / "train.log", "ab") as logf:
+            logf.write(f"\n=== {datetime.now().isoformat(timespec='seconds')} {' '.join(cmd[1:])}\n".encode())
+            logf.flush()
+            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO_ROOT), env=env, start_new_session=True)
+        atomic_write_text(run_dir / "pid", f"{proc.pid} {_proc_start_time(proc.pid) or ''}\n")
+        self._procs[run_dir.name] = proc
+
+    def stop(self, name: str, *, wait: bool = True) -> RunSummary:
+        """Ask the run to save and stop; kill its process tree if it does not exit in time."""
+        run_dir = run_path(self.runs_dir, name)
+        if not self._alive(run_dir):
+            return self.status(name)
+        atomic_write_text(run_dir / "STOP", "stop requested\n")
+        if not wait:
+            return self.status(name)
+        deadline = time.time() + self.stop_grace_s
+        while time.time() < deadline and self._alive(run_dir):
+            time.sleep(0.2)
+        if self._alive(run_dir):
+            self.kill(name)
+        return self.status(name)
+
+    def kill(self, name: str) -> None:
+        """Kill the run's whole process group at once (SIGKILL). Resume picks up the last checkpoint."""
+        run_dir = run_path(self.runs_dir, name)
+        try:
+            pid = int((run_dir / "pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return
+        if run_is_alive(run_dir):
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc = self._procs.pop(name, None)
+        if proc is not None:
+            proc.wait(timeout=10)
+        (run_dir / "STOP").unlink(missing_ok=True)
+
+    def delete(self, name: str) -> None:
+        import shutil
+
+        run_dir = run_path(self.runs_dir, name)
+        if self._alive(run_dir):
+            raise JobError(f"Run '{name}' is still training; stop it before deleting it.")
+        if not run_dir.exists():
+            raise JobError(f"There is no run named {name!r}.")
+        shutil.rmtree(run_dir)

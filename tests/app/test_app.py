@@ -1,0 +1,166 @@
+"""The app end to end through its API (gradio_client): estimator, fine-tune (start/poll/stop/resume), playground.
+
+The app is launched in-process with prevent_thread_lock=True on a free local port; training runs as a real
+subprocess on the built-in compact model, exactly as when a person clicks Start.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import running_app
+
+gr = pytest.importorskip("gradio")
+from gradio_client import Client, handle_file  # noqa: E402
+
+import app  # noqa: E402
+from engine.config import GenerationSettings, MemoryQuery, TrainConfig, field_specs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client(runs_dir):
+    with running_app(runs_dir) as demo:
+        yield Client(demo.local_url, verbose=False)
+
+
+def _defaults(cls, names, overrides=None):
+    specs = {s.name: s.default for s in field_specs(cls)}
+    values = {**specs, **app.FT_DEFAULTS, **(overrides or {})} if cls is TrainConfig else {**specs, **(overrides or {})}
+    # the fine-tune form ends with the eval-file upload (None = none)
+    return [values[n] for n in names] + ([None] if cls is TrainConfig else [])
+
+
+FT_NAMES = app.FT_MAIN + app.FT_TRAIN + app.FT_LORA + app.FT_RUN + app.FT_DATA
+EST_NAMES = [s.name for s in field_specs(MemoryQuery) if s.name != "model"]
+GEN_NAMES = [s.name for s in field_specs(GenerationSettings)]
+
+
+def test_estimator_api(client):
+    out = client.predict("builtin:compact-mini", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
+    totals, _chart, breakdown, tiers, _limits, _fit = out
+    assert "GiB" in totals and "parameters" in totals
+    rows = breakdown["data"] if isinstance(breakdown, dict) else breakdown
+    assert any("weights" in str(r[0]).lower() for r in rows)
+    tier_rows = tiers["data"] if isinstance(tiers, dict) else tiers
+    assert all(r[2] in ("fits", "tight", "does not fit") for r in tier_rows)
+
+
+def test_bad_estimator_input_is_a_message_not_a_crash(client):
+    out = client.predict("no-such/model-xyz", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
+    assert "⚠" in out[0]
+
+
+def test_finetune_start_poll_finish_then_generate(client, runs_dir):
+    values = _defaults(TrainConfig, FT_NAMES, {"max_steps": 4, "save_steps": 2, "logging_steps": 1, "run_name": "ui-lora", "eval_fraction": 0.1})
+    picked = client.predict(None, *values, api_name="/start_training")  # gr.State outputs are not returned
+    assert picked["value"] == "ui-lora"
+    with pytest.raises(Exception, match="still training"):
+        client.predict(None, *_defaults(TrainConfig, FT_NAMES, {"run_name": "ui-second"}), api_name="/start_training")
+    deadline = time.time() + 240
+    from engine.training.jobs import JobManager
+
+    jobs = JobManager(runs_dir)
+    while time.time() < deadline and jobs.status("ui-lora").state == "running":
+        time.sleep(1)
+    s = jobs.status("ui-lora")
+    assert s.state == "finished", (runs_dir / "ui-lora" / "train.log").read_text()[-3000:]
+    gen = _defaults(GenerationSettings, GEN_NAMES, {"max_new_tokens": 6, "do_sample": False})
+    chat, _prompt, stats, info = client.predict("run:ui-lora", "none", "chat", "", "Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).", [], *gen,
+                                          api_name="/generate")
+    assert chat[-1]["role"] == "assistant" and "tokens/s" in stats and "loaded in" in info
+
+
+def test_upload_of_a_bad_file_is_a_clear_error(client, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instruction": "a", "output": "b"}\n{not json\n')
+    values = _defaults(TrainConfig, FT_NAMES, {"max_steps": 2, "run_name": "ui-bad"})
+    # the upload itself is accepted (validation happens in the run, which fails with the line number)
+    assert client.predict(handle_file(str(bad)), *values, api_name="/start_training")["value"] == "ui-bad"
+
+
+@pytest.mark.parametrize("override,fragment", [({"learning_rate": -1}, "learning_rate"), ({"base_model": "/etc/passwd"}, "server paths"),
+                                                ({"method": "dpo"}, "dpo.*qlora")])
+def test_bad_form_values_get_messages(client, override, fragment):
+    values = _defaults(TrainConfig, FT_NAMES, override)
+    with pytest.raises(Exception, match=fragment):
+        client.predict(None, *values, api_name="/show_command")
+
+
+def test_show_command(client):
+    text = client.predict(None, *_defaults(TrainConfig, FT_NAMES), api_name="/show_command")
+    value = text["value"] if isinstance(text, dict) else text
+    assert "python -m engine train --config" in value and "method: full" in value
+
+
+def test_manual_architecture_and_server_paths_in_estimator(client):
+    update = client.predict(32, 4096, 32, 8, 14336, 128256, False, api_name="/manual_architecture")
+    ref = update["value"] if isinstance(update, dict) else update
+    assert ref.startswith("manual:L=32,h=4096")
+    out = client.predict(ref, "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
+    assert "parameters" in out[0] and "8,0" in out[0]  # a Llama-3-8B-shaped model: ~8,030 M parameters
+    out = client.predict("/etc/passwd.json", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
+    assert "server paths are not accepted" in out[0]
+
+
+def test_form_shows_live_memory_prediction(client):
+    text = client.predict(None, *_defaults(TrainConfig, FT_NAMES), api_name="/predict_memory")
+    assert "Effective batch **16**" in text and "Predicted peak" in text and "fits" in text
+    text = client.predict(None, *_defaults(TrainConfig, FT_NAMES, {"base_model": "Qwen/Qwen2.5-7B", "method": "full", "max_seq_len": 4096,
+                                                                   "micro_batch_size": 64}), api_name="/predict_memory")
+    assert "does not fit" in text
+    text = client.predict(None, *_defaults(TrainConfig, FT_NAMES, {"precision": "fp16"}), api_name="/predict_memory")
+    assert "⚠" in text and "precision" in text  # fp16 training on a CPU is refused with the field named
+
+
+def test_data_preview_marks_trained_tokens_and_reports_drops(client, tmp_path):
+    summary, rows, _hist, dropped = client.predict(None, *_defaults(TrainConfig, FT_NAMES), api_name="/inspect_data")
+    assert "rows kept" in summary and "responses only" in summary
+    data = rows["data"] if isinstance(rows, dict) else rows
+    assert "⟦" in data[0][1] and data[0][3] > 0
+    bad = tmp_path / "mixed.jsonl"
+    bad.write_text('{"instruction": "Diga oi", "output": "Oi!"}\n{"instruction": "vazio", "output": ""}\n')
+    summary, _rows, _hist, dropped = client.predict(handle_file(str(bad)), *_defaults(TrainConfig, FT_NAMES), api_name="/inspect_data")
+    drops = dropped["data"] if isinstance(dropped, dict) else dropped
+    assert drops and drops[0][0] == 2
+
+
+def test_data_check_with_column_mapping_long_rows_and_eval_upload(client, tmp_path):
+    qa = tmp_path / "qa.csv"
+    qa.write_text("pergunta,resposta\nDiga oi,Oi!\nLonga," + "palavra " * 200 + "\n", encoding="utf-8")
+    with pytest.raises(Exception, match="instruction=pergunta, output=resposta"):  # nothing detected: the mapping is suggested
+        client.predict(handle_file(str(qa)), *_defaults(TrainConfig, FT_NAMES), api_name="/inspect_data")
+    values = _defaults(TrainConfig, FT_NAMES, {"columns": "instruction=pergunta, output=resposta", "too_long": "drop"})
+    summary, rows, _hist, dropped = client.predict(handle_file(str(qa)), *values[:-1], handle_file(str(qa)), api_name="/inspect_data")
+    assert "1/2 rows kept" in summary and "Eval: **2 instruction rows from" in summary
+    drops = dropped["data"] if isinstance(dropped, dict) else dropped
+    assert drops[0][0] == 2 and "longer than max_seq_len" in drops[0][1]
+    with pytest.raises(Exception, match="not reachable"):  # offline: a message, not a traceback
+        client.predict(None, *_defaults(TrainConfig, FT_NAMES, {"dataset": "hub:someone/some-data"}), api_name="/inspect_data")
+    with pytest.raises(Exception, match="eval_dataset"):
+        client.predict(None, *_defaults(TrainConfig, FT_NAMES, {"eval_dataset": "/etc/passwd"}), api_name="/show_command")
+
+
+def test_batch_evaluate_and_presets(client, tmp_path):
+    gen = _defaults(GenerationSettings, GEN_NAMES, {"max_new_tokens": 5, "do_sample": False})
+    status, table, csv = client.predict("builtin:compact-mini", "none", "chat", "Olá\nHello\nBom dia", None, 2, *gen, api_name="/batch_generate")
+    rows = table["data"] if isinstance(table, dict) else table
+    assert "3/3" in status and [r[1] for r in rows] == ["Olá", "Hello", "Bom dia"]
+    path = csv["value"] if isinstance(csv, dict) else csv
+    assert str(path).endswith(".csv")
+    with pytest.raises(Exception, match="prompt"):
+        client.predict("builtin:compact-mini", "none", "chat", "", None, 2, *gen, api_name="/batch_generate")
+    out = client.predict("builtin:compact-mini", "builtin:compact-mini", "none", False, "A memória da GPU é limitada. " * 40, "builtin:corpus",
+                         32, 16, api_name="/perplexity")
+    rows = out["data"] if isinstance(out, dict) else out
+    assert rows[0][1] == "perplexity" and rows[0][2] > 1
+    out = client.predict("builtin:compact-mini", "builtin:compact-mini", "none", True, "", "builtin:corpus", 0, 0, api_name="/task_accuracy")
+    rows = out["data"] if isinstance(out, dict) else out
+    assert len(rows) == 2 and 0 <= rows[0][2] <= 1
+
+
+def test_onnx_export_matches_pytorch(client):
+    pytest.importorskip("onnxruntime")
+    rows, onnx_file = client.predict("builtin:compact-mini", "A memória da GPU\nThe KV cache", api_name="/export_onnx")
+    data = dict((r[0], r[1]) for r in (rows["data"] if isinstance(rows, dict) else rows))
+    assert data["greedy_equal"] in (True, "True", "true") and float(data["max_abs_logits_diff"]) < 1e-3
