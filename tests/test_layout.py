@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import ast
 import pkgutil
+import sys
 from pathlib import Path
-
-import engine
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = ROOT / "engine"
@@ -39,6 +38,8 @@ MODEL_LIMIT = 350
 
 def engine_modules() -> dict[str, Path]:
     """Every module of the engine package, walked with pkgutil: dotted name -> file."""
+    import engine
+
     found = {"engine": ENGINE / "__init__.py"}
     for info in pkgutil.walk_packages(engine.__path__, prefix="engine."):
         spec = info.module_finder.find_spec(info.name, None)
@@ -148,3 +149,79 @@ def test_modules_are_small_enough_to_read():
         if lines > limit:
             too_long.append(f"{module}: {lines} lines (limit {limit})")
     assert not too_long, "\n".join(too_long)
+
+
+def import_levels(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Level of each module: 1 for a module that imports no other engine module, else 1 + its highest import."""
+    levels: dict[str, int] = {}
+
+    def level(node: str, seen: frozenset[str] = frozenset()) -> int:
+        if node not in levels:
+            deps = [d for d in graph.get(node, ()) if d not in seen]  # a cycle would recurse forever; it is reported apart
+            levels[node] = 1 + max((level(d, seen | {node}) for d in deps), default=0)
+        return levels[node]
+
+    for node in graph:
+        level(node)
+    return levels
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Groups of modules that import each other in a loop (Tarjan); each group of two or more is one cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for dep in graph.get(node, ()):
+            if dep not in index:
+                connect(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return groups
+
+
+def layout_report() -> str:
+    """The numbers the layout issue asks for, measured from the code: `python tests/test_layout.py`."""
+    modules = engine_modules()
+    graph = import_graph()
+    sizes = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in modules.items()}
+    per_package: dict[str, int] = {}
+    for m, p in modules.items():
+        if p.name != "__init__.py":
+            pkg = m.rsplit(".", 1)[0] if m.count(".") > 1 else "engine"
+            per_package[pkg] = per_package.get(pkg, 0) + 1
+    largest = max(sizes, key=sizes.get)
+    cycles = strongly_connected(graph)
+    app_lines = len((ROOT / "app.py").read_text(encoding="utf-8").splitlines())
+    lines = [f"modules (without __init__): {sum(per_package.values())}"]
+    lines += [f"  {pkg}: {n}" for pkg, n in sorted(per_package.items())]
+    lines += [
+        f"largest module: {largest} ({sizes[largest]} lines)",
+        f"import levels: {max(import_levels(graph).values())}",
+        f"import cycles: {len(cycles)}" + "".join(f"\n  {sorted(group)}" for group in cycles),
+        f"app.py: {app_lines} lines",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    print(layout_report())
