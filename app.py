@@ -25,12 +25,13 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from engine.config import GenerationSettings, MemoryQuery, QuantSettings, TrainConfig, field_specs, from_flat
+from engine.config import GenerationSettings, MemoryQuery, QuantSettings, TrainConfig
 from engine.errors import EngineError
 from engine.estimator import memory
 from engine.estimator.handoff import check_ui_estimator_model, check_ui_model_ref, check_ui_train_config, train_values_from_query
 from engine.estimator.recipes import AUTO as AUTO_TIER
 from engine.estimator.recipes import tier_choices
+from engine.fields import field_specs, from_flat
 from engine.runs import config_yaml, log_tail, run_path
 from engine.training.jobs import JobManager
 
@@ -963,7 +964,7 @@ def main(argv: list[str] | None = None) -> None:
                      "model folders on this machine.")
     if args.runs_dir:
         os.environ["COMPACT_LAB_RUNS"] = args.runs_dir
-    from engine.runs import default_runs_dir
+    from engine.refs import default_runs_dir
 
     runs_dir = default_runs_dir()
     demo = build_app(runs_dir, allow_local_models=args.allow_local_models, owner_only=shared_app(args.share))

@@ -366,7 +366,7 @@ def main() -> None:
         print(json.dumps(quant_child(json.loads(args.child))))
         return
     from engine.errors import EngineError
-    from engine.runs import default_runs_dir
+    from engine.refs import default_runs_dir
 
     args.runs = Path(args.runs) if args.runs else default_runs_dir()
     args.repeats = 2 if args.quick else 5

@@ -241,7 +241,7 @@ def _prepare(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     spec = {"model": args.model, "method": args.method, "seed": args.seed, "max_seq_len": args.max_seq_len, "epochs": args.epochs,
             "lr": args.lr, "threads": args.threads}
     if args.model == "builtin:compact-mini":
-        from engine.runs import default_runs_dir
+        from engine.refs import default_runs_dir
         from engine.training.run import ensure_builtin
 
         runs = Path(args.runs) if args.runs else default_runs_dir()

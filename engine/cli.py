@@ -16,8 +16,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .config import GenerationSettings, QuantSettings, TrainConfig, field_specs, from_dict, from_flat, to_dict
+from .config import GenerationSettings, QuantSettings, TrainConfig
 from .errors import EngineError
+from .fields import field_specs, from_dict, from_flat, to_dict
 
 
 def _flag(name: str) -> str:
@@ -68,7 +69,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
     from .hardware.distributed import is_main_process as distributed_main
-    from .runs import EventLog, default_runs_dir, run_path
+    from .refs import default_runs_dir
+    from .runs import EventLog, run_path
     from .training.run import run_training
 
     runs_dir = default_runs_dir()
@@ -147,7 +149,7 @@ def _record_launched_pid(run_dir: Path) -> None:
 def cmd_generate(args: argparse.Namespace) -> int:
     from .inference.generate import stream_generate
     from .models.loading import load_model
-    from .runs import default_runs_dir
+    from .refs import default_runs_dir
 
     settings = from_flat(GenerationSettings, _given(args, GenerationSettings))
     quant = from_flat(QuantSettings, _given(args, QuantSettings, prefix="quant."))
@@ -165,7 +167,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_builtin(args: argparse.Namespace) -> int:
-    from .runs import default_runs_dir
+    from .refs import default_runs_dir
     from .training.run import ensure_builtin
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -176,7 +178,8 @@ def cmd_prepare_builtin(args: argparse.Namespace) -> int:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from .export.merge import merge_adapter
-    from .runs import default_runs_dir, run_path
+    from .refs import default_runs_dir
+    from .runs import run_path
 
     out = merge_adapter(run_path(default_runs_dir(), args.run))
     print(f"merged model saved to {out}")
@@ -189,7 +192,8 @@ def cmd_push(args: argparse.Namespace) -> int:
 
     from .errors import HubError
     from .export.hub import check_repo_id, hub_offline, push_run, push_source
-    from .runs import default_runs_dir, run_path
+    from .refs import default_runs_dir
+    from .runs import run_path
 
     runs_dir = default_runs_dir()
     run_dir = run_path(runs_dir, args.run)
@@ -213,7 +217,7 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from .runs import default_runs_dir
+    from .refs import default_runs_dir
     from .training.jobs import JobManager
 
     for s in JobManager(default_runs_dir()).list_runs():

@@ -11,7 +11,8 @@ A run is a folder under the runs directory:
                   STOP            written by whoever asks the run to stop (the run saves and exits)
 
 Built-in compact models are pretrained once into <runs>/_builtin/<preset>/ (same layout).
-The runs directory is `$COMPACT_LAB_RUNS` if set, else ./runs (Colab's launcher points it at Drive).
+The runs directory is `$COMPACT_LAB_RUNS` if set, else ./runs (Colab's launcher points it at Drive): engine/refs.py
+`default_runs_dir`, with the run-name rule.
 """
 
 from __future__ import annotations
@@ -28,23 +29,17 @@ from typing import Any
 
 import yaml
 
-from .config import TrainConfig, from_dict, to_dict
+from .config import TrainConfig
 from .errors import ConfigError, JobError
+from .fields import from_dict, to_dict
+from .refs import is_valid_run_name
 
-RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
-
-
-def default_runs_dir() -> Path:
-    """The runs directory: $COMPACT_LAB_RUNS or ./runs, created if missing."""
-    path = Path(os.environ.get("COMPACT_LAB_RUNS") or "runs").expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def run_path(runs_dir: Path, name: str) -> Path:
     """The folder of run `name`, refusing anything that could escape the runs directory."""
-    if not RUN_NAME_RE.match(name or "") or ".." in name:
+    if not is_valid_run_name(name):
         raise JobError(f"Run name {name!r} is not valid: use letters, digits, '-', '_' and '.', starting with a letter or digit.")
     return Path(runs_dir) / name
 

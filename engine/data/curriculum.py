@@ -41,11 +41,12 @@ def _number(value: Any) -> float | None:
 
 def raw_column(cfg: TrainConfig, column: str) -> tuple[dict[int, Any], str, list[str]]:
     """``{row number: value}`` of one (lower-cased) column of the training data, the row unit, and the columns found."""
+    from ..refs import check_hub_config, check_hub_ref, check_split, is_hub_ref
     from . import records as data
     from . import sources
 
-    if sources.is_hub_ref(cfg.dataset):
-        raw = sources.load_hub_rows(sources.check_hub_ref(cfg.dataset), sources.check_hub_config(cfg.hub_config), sources.check_split(cfg.hub_split))
+    if is_hub_ref(cfg.dataset):
+        raw = sources.load_hub_rows(check_hub_ref(cfg.dataset), check_hub_config(cfg.hub_config), check_split(cfg.hub_split))
         unit = "row"
     else:
         raw, unit, _ = data.read_rows(cfg.dataset)

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ModelLoadError
+from ..refs import LOOSE_HUB_ID_RE
 from .catalog import CatalogEntry, catalog_lookup
 
 # Leaf names of linear layers by role. Roles decide which activations a layer keeps (see engine/estimator/memory.py).
@@ -168,8 +168,6 @@ def _matches_key(lin: LinearSpec, key: str) -> bool:
 # Resolution
 # --------------------------------------------------------------------------------------------------
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-
 
 def resolve(ref: str) -> Arch:
     """The architecture behind a model reference (cached). Raises ModelLoadError/ConfigError with a clear message."""
@@ -191,7 +189,7 @@ def _resolve_cached(ref: str) -> Arch:
     path = Path(ref).expanduser()
     if ref.endswith(".json") or path.is_dir() or path.is_file():
         return _from_file(path, ref)
-    if _HUB_ID.match(ref):
+    if LOOSE_HUB_ID_RE.match(ref):
         return _from_hub(ref)
     raise ModelLoadError(
         f"Unknown model {ref!r}: use a built-in preset (builtin:compact-mini), a catalog name such as 'llama-3.1-8b' "

@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..config import MemoryQuery, field_specs, from_dict
+from ..config import MemoryQuery
 from ..errors import ConfigError, EngineError
+from ..fields import field_specs, from_dict
 
 _META_KEYS = ("id",)  # echoed back in the result, not part of the query
 

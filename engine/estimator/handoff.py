@@ -5,14 +5,12 @@ Kept out of app.py so the UI stays free of logic and so the mapping is tested on
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from ..config import MemoryQuery, TrainConfig
 from ..errors import ConfigError
-
-HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
+from ..refs import BUILTIN_PREFIX, HUB_MODEL_ID_RE, MERGED_SUFFIX, RUN_PREFIX, is_plain_name
 
 
 def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
@@ -106,14 +104,14 @@ def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -
         if not (folder / "config.json").is_file():
             raise ConfigError("model", ref, "a model folder (one with a config.json in it)")
         return str(folder.resolve())
-    if ref.startswith(("builtin:", "run:")):
+    if ref.startswith((BUILTIN_PREFIX, RUN_PREFIX)):
         name = ref.split(":", 1)[1]
-        if ref.startswith("run:") and name.endswith("/merged"):
-            name = name[: -len("/merged")]
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) or ".." in name:
+        if ref.startswith(RUN_PREFIX) and name.endswith(MERGED_SUFFIX):
+            name = name[: -len(MERGED_SUFFIX)]
+        if not is_plain_name(name):
             raise ConfigError("model", ref, "builtin:NAME or run:NAME with a plain name")
         return ref
-    if ref.startswith(("/", "~", ".")) or "\\" in ref or ".." in ref or not HUB_ID_RE.match(ref):
+    if ref.startswith(("/", "~", ".")) or "\\" in ref or ".." in ref or not HUB_MODEL_ID_RE.match(ref):
         raise ConfigError("model", ref, "a built-in model, one of your runs, or a Hugging Face id like 'Qwen/Qwen2.5-0.5B' (server paths are not accepted from the browser)")
     return ref
 

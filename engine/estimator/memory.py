@@ -32,8 +32,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import MemoryQuery, from_dict
+from ..config import MemoryQuery
 from ..errors import ConfigError, EngineError
+from ..fields import from_dict
 from .architecture import Arch, LinearSpec, arch_from_manual, resolve
 from .catalog import HardwareTier, catalog, hardware_tiers, tier_by_name
 

@@ -21,8 +21,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import MemoryQuery, TrainConfig, from_flat, to_dict
+from ..config import MemoryQuery, TrainConfig
 from ..errors import ConfigError, EngineError
+from ..fields import from_flat, to_dict
 from ..hardware.device import DeviceInfo
 from .catalog import HardwareTier, hardware_tiers, recipes_for, tier_by_name
 

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import yaml
 
 from ..errors import ConfigError, HubError
+from ..refs import HUB_OWNER_NAME_RE, NAMED_MODEL_REF_RE
 
 log = logging.getLogger(__name__)
 
@@ -166,10 +167,8 @@ def _read_config(run_dir: Path) -> dict[str, Any]:
 
 def is_hub_model_id(ref: str) -> bool:
     """True when `ref` names a model on the Hub (not builtin:/run:, not a folder on this machine)."""
-    from ..data.sources import HUB_NAME_RE
-
     ref = (ref or "").strip()
-    if not ref or ":" in ref or ref.startswith((".", "~", "/", "\\")) or not HUB_NAME_RE.match(ref) or ".." in ref:
+    if not ref or ":" in ref or ref.startswith((".", "~", "/", "\\")) or not HUB_OWNER_NAME_RE.match(ref) or ".." in ref:
         return False
     return not Path(ref).exists()  # a relative folder that happens to look like owner/name
 
@@ -177,7 +176,7 @@ def is_hub_model_id(ref: str) -> bool:
 def _public_ref(ref: str) -> str | None:
     """A model reference safe to publish: Hub ids and builtin:/run: names as they are, nothing for local paths."""
     ref = (ref or "").strip()
-    if is_hub_model_id(ref) or re.match(r"^(builtin|run):[A-Za-z0-9][A-Za-z0-9._-]*$", ref):
+    if is_hub_model_id(ref) or NAMED_MODEL_REF_RE.match(ref):
         return ref
     return None
 

@@ -35,9 +35,10 @@ from typing import Any
 
 import torch
 
-from ..config import GenerationSettings, from_dict, to_dict
+from ..config import GenerationSettings
 from ..errors import ConfigError, EngineError, GenerationError
 from ..estimator.catalog import PRESETS_DIR
+from ..fields import from_dict, to_dict
 from ..hardware.device import peak_memory_gib, reset_peak
 from ..models.loading import LoadedModel
 

@@ -30,7 +30,6 @@ import gc
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -45,16 +44,20 @@ from ..config import QuantSettings
 from ..errors import ConfigError, EngineError, ModelLoadError
 from ..hardware.device import DeviceInfo, detect_device, dtype_name, resolve_dtype
 from ..hardware.placement import summarize_device_map
+from ..refs import (
+    BUILTIN_PREFIX,
+    HUB_MODEL_ID_RE,
+    MERGED_SUFFIX,
+    RUN_PREFIX,
+    default_runs_dir,
+    is_valid_run_name,
+    is_within,
+    path_exists,
+    run_ref_dir,
+)
 
 log = logging.getLogger(__name__)
 
-BUILTIN_PREFIX = "builtin:"
-RUN_PREFIX = "run:"
-MERGED_SUFFIX = "/merged"  # run:NAME/merged = <runs>/NAME/merged (engine/export/merge.py merge_adapter)
-# A run or built-in name: one path component, no separators, no "..", no hidden names.
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-# Hub ids: "owner/name" or a legacy canonical single name ("gpt2"); the Hub's own character rules.
-_HUB_ID_RE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _MAX_REF_DEPTH = 4  # run:A whose base is run:B whose base is ... (guards against a cycle)
 
 
@@ -118,40 +121,11 @@ class _Source:
     run_quant: QuantSettings | None = None  # quantization the run trained with (qlora -> 4bit)
 
 
-def _default_runs_dir() -> Path:
-    from ..runs import default_runs_dir
-
-    return default_runs_dir()
-
-
 def builtin_model_dir(name: str, runs_dir: Path | None = None) -> Path:
     """Folder of the pretrained built-in compact model NAME: ``<runs>/_builtin/NAME/model``."""
-    if not _NAME_RE.match(name or "") or ".." in name:
+    if not is_valid_run_name(name):
         raise ModelLoadError(f"Built-in model name {name!r} is not valid: use letters, digits, '-', '_' and '.'.")
-    return Path(runs_dir or _default_runs_dir()) / "_builtin" / name / "model"
-
-
-def _run_dir(name: str, runs_dir: Path) -> Path:
-    if not _NAME_RE.match(name or "") or ".." in name:
-        raise ModelLoadError(
-            f"Run name {name!r} is not valid: a run is named by its folder inside the runs directory "
-            "(letters, digits, '-', '_' and '.'; no path separators or '..')."
-        )
-    return runs_dir / name
-
-
-def _exists(path: Path) -> bool:
-    try:
-        return path.exists()
-    except (OSError, ValueError):  # a name too long for the filesystem, an embedded NUL byte...
-        return False
-
-
-def _is_within(path: Path, root: Path) -> bool:
-    try:
-        return path.resolve().is_relative_to(root.resolve())
-    except OSError:
-        return False
+    return Path(runs_dir or default_runs_dir()) / "_builtin" / name / "model"
 
 
 def _read_run_base(run_dir: Path) -> tuple[str | None, QuantSettings | None]:
@@ -205,11 +179,11 @@ def _resolve(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int = 0) 
         name = ref[len(RUN_PREFIX) :]
         if name.endswith(MERGED_SUFFIX):  # run:NAME/merged: the 16-bit model made by merging the run's adapter
             name = name[: -len(MERGED_SUFFIX)]
-            merged = _run_dir(name, runs_dir) / "merged"
+            merged = run_ref_dir(name, runs_dir) / "merged"
             if not (merged / "config.json").exists():
                 raise ModelLoadError(f"Run {name!r} has no merged model yet: merge its adapter first (Fine-tune → Merge adapter).")
             return _Source(str(merged), True, f"run {name} (merged)")
-        run_dir = _run_dir(name, runs_dir)
+        run_dir = run_ref_dir(name, runs_dir)
         if not run_dir.is_dir():
             raise ModelLoadError(f"There is no run named {name!r} in {runs_dir}.")
         adapter_dir = run_dir / "adapter"
@@ -247,8 +221,8 @@ def _resolve(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int = 0) 
     path = Path(ref).expanduser()
     # Anything that exists on disk is a path (from_pretrained would prefer the folder over a Hub id of the
     # same spelling), and so is anything that looks like one.
-    if _exists(path) or path.is_absolute() or ref.startswith((".", "~", os.sep)):
-        if not (allow_local_paths or _is_within(path, runs_dir)):
+    if path_exists(path) or path.is_absolute() or ref.startswith((".", "~", os.sep)):
+        if not (allow_local_paths or is_within(path, runs_dir)):
             raise ModelLoadError(
                 f"{ref!r} is a path on the server; only built-in models, runs (run:NAME) and Hugging Face ids can "
                 "be loaded here. Use the command line to load a model from a local folder."
@@ -259,7 +233,7 @@ def _resolve(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int = 0) 
             raise ModelLoadError(f"{ref!r} is not a model folder (no config.json in it).")
         return _Source(str(path.resolve()), True, f"folder {path.resolve()}")
 
-    if not _HUB_ID_RE.match(ref) or ".." in ref:
+    if not HUB_MODEL_ID_RE.match(ref) or ".." in ref:
         raise ModelLoadError(
             f"{ref!r} is not a model reference: use builtin:NAME, run:NAME or a Hugging Face id such as "
             "'Qwen/Qwen2.5-0.5B-Instruct'."
@@ -287,7 +261,7 @@ def _adapter_base(adapter_dir: Path) -> str | None:
 def _resolve_adapter(adapter: str, runs_dir: Path, allow_local_paths: bool) -> str:
     """An adapter reference: run:NAME (its adapter/), a local adapter folder (policy as for models) or a Hub id."""
     if adapter.startswith(RUN_PREFIX):
-        run_dir = _run_dir(adapter[len(RUN_PREFIX) :], runs_dir)
+        run_dir = run_ref_dir(adapter[len(RUN_PREFIX) :], runs_dir)
         folder = run_dir / "adapter"
         if not (folder / "adapter_config.json").exists():
             raise ModelLoadError(
@@ -295,15 +269,15 @@ def _resolve_adapter(adapter: str, runs_dir: Path, allow_local_paths: bool) -> s
             )
         return str(folder)
     path = Path(adapter).expanduser()
-    if _exists(path) or path.is_absolute() or adapter.startswith((".", "~", os.sep)):
-        if not (allow_local_paths or _is_within(path, runs_dir)):
+    if path_exists(path) or path.is_absolute() or adapter.startswith((".", "~", os.sep)):
+        if not (allow_local_paths or is_within(path, runs_dir)):
             raise ModelLoadError(
                 f"{adapter!r} is a path on the server; name an adapter as run:NAME or a Hugging Face id."
             )
         if not (path / "adapter_config.json").exists():
             raise ModelLoadError(f"{adapter!r} is not a LoRA adapter folder (no adapter_config.json).")
         return str(path.resolve())
-    if not _HUB_ID_RE.match(adapter) or ".." in adapter:
+    if not HUB_MODEL_ID_RE.match(adapter) or ".." in adapter:
         raise ModelLoadError(f"{adapter!r} is not an adapter reference (run:NAME or a Hugging Face id).")
     return adapter
 
@@ -358,7 +332,7 @@ def load_tokenizer(
     allow_local_paths: bool = False,
 ) -> Any:
     """The tokenizer of a model reference (same rules as `load_model`), with chat template and pad token."""
-    runs_dir = Path(runs_dir or _default_runs_dir())
+    runs_dir = Path(runs_dir or default_runs_dir())
     source = _resolve(ref, runs_dir, allow_local_paths)
     # A run's adapter folder carries the tokenizer it was trained with (chat template, pad token).
     if source.adapter_dir is not None and _has_tokenizer(source.adapter_dir):
@@ -471,7 +445,7 @@ def _load_uncached(
     from .bnb_safety import disable_cpu_repack
 
     t0 = time.perf_counter()
-    runs_dir = Path(runs_dir or _default_runs_dir())
+    runs_dir = Path(runs_dir or default_runs_dir())
     device = device or detect_device()
     source = _resolve(ref, runs_dir, allow_local_paths)
     if quant is None:
@@ -588,7 +562,7 @@ def _offload_folder(folder: Path | None, runs_dir: Path, allow_local_paths: bool
     """Where device_map="auto" writes weights that fit neither GPU nor RAM: under the runs dir by default (it is
     the one folder the app may write big files to, and on Colab it can live on Drive)."""
     path = Path(folder).expanduser() if folder is not None else runs_dir / "_offload"
-    if not (allow_local_paths or _is_within(path, runs_dir)):
+    if not (allow_local_paths or is_within(path, runs_dir)):
         raise ModelLoadError(
             f"offload_folder {str(path)!r} is outside the runs directory {runs_dir}; weights can only be offloaded there."
         )

@@ -15,7 +15,8 @@ gr = pytest.importorskip("gradio")
 from gradio_client import Client, handle_file  # noqa: E402
 
 import app  # noqa: E402
-from engine.config import GenerationSettings, MemoryQuery, TrainConfig, field_specs  # noqa: E402
+from engine.config import GenerationSettings, MemoryQuery, TrainConfig  # noqa: E402
+from engine.fields import field_specs  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ from conftest import running_app
 pytest.importorskip("gradio")
 from gradio_client import Client  # noqa: E402
 
-from engine.config import GenerationSettings, field_specs  # noqa: E402
+from engine.config import GenerationSettings  # noqa: E402
+from engine.fields import field_specs  # noqa: E402
 
 GEN = [s.name for s in field_specs(GenerationSettings)]
 

@@ -14,10 +14,11 @@ gr = pytest.importorskip("gradio")
 from gradio_client import Client  # noqa: E402
 
 import app  # noqa: E402
-from engine.config import GenerationSettings, field_specs  # noqa: E402
+from engine.config import GenerationSettings  # noqa: E402
 from engine.errors import ConfigError  # noqa: E402
 from engine.estimator.handoff import check_ui_model_ref  # noqa: E402
 from engine.export.merge import merge_adapter  # noqa: E402
+from engine.fields import field_specs  # noqa: E402
 from engine.models.loading import MODEL_CACHE, builtin_model_dir  # noqa: E402
 from engine.runs import EventLog  # noqa: E402
 

@@ -13,7 +13,7 @@ from datasets.exceptions import DatasetNotFoundError
 from engine.config import TrainConfig
 from engine.data import sources
 from engine.data.records import load_records, record_texts
-from engine.data.sources import load_source, parse_columns, suggest_mapping
+from engine.data.sources import load_source, suggest_mapping
 from engine.errors import ConfigError, DataError
 from engine.estimator.handoff import check_ui_train_config
 from engine.models.tokenizer import train_tokenizer
@@ -135,19 +135,6 @@ def test_config_accepts_hub_refs_and_slices():
 
 
 # ---- column mapping ------------------------------------------------------------------------------
-
-
-def test_parse_columns():
-    assert parse_columns("instruction=Question, output = answer,") == {"instruction": "question", "output": "answer"}
-    assert parse_columns("") == {}
-    with pytest.raises(ConfigError, match="targets among text, instruction.*'answer' is not one of them"):
-        parse_columns("answer=output")
-    with pytest.raises(ConfigError, match="no target=source"):
-        parse_columns("question")
-    with pytest.raises(ConfigError, match="mix instruction and text"):
-        parse_columns("text=body, output=answer")
-    with pytest.raises(ConfigError, match="given twice"):
-        parse_columns("text=a, text=b")
 
 
 def test_mapping_on_an_upload(tmp_path):

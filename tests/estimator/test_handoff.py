@@ -2,9 +2,10 @@
 
 import pytest
 
-from engine.config import MemoryQuery, TrainConfig, from_flat
+from engine.config import MemoryQuery, TrainConfig
 from engine.errors import ConfigError
 from engine.estimator.handoff import check_ui_model_ref, check_ui_train_config, train_values_from_query
+from engine.fields import from_flat
 
 
 def test_query_maps_to_valid_train_config():

@@ -8,12 +8,13 @@ import shlex
 import pytest
 from conftest import running_app
 
-from engine.config import TrainConfig, field_specs, from_flat
+from engine.config import TrainConfig
 from engine.errors import ConfigError
 from engine.estimator import memory
 from engine.estimator.catalog import tier_by_name
 from engine.estimator.handoff import query_from_train
 from engine.estimator.recipes import AUTO, apply_recipe, tier_choices, tier_for_device
+from engine.fields import field_specs, from_flat
 from engine.hardware.device import DeviceInfo
 
 TIERS = [name for _, name in tier_choices() if name != AUTO]

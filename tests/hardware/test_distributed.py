@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.config import TrainConfig, to_dict
+from engine.config import TrainConfig
+from engine.fields import to_dict
 from engine.hardware import distributed
 from engine.runs import read_events
 

@@ -279,8 +279,8 @@ def test_stop_strings_escapes_and_list_input():
     ],
 )
 def test_new_generation_fields_are_validated(values, fragment):
-    from engine.config import from_dict
     from engine.errors import ConfigError
+    from engine.fields import from_dict
 
     with pytest.raises(ConfigError) as exc:
         from_dict(GenerationSettings, values)

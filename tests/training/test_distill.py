@@ -201,7 +201,7 @@ def test_app_form_predicts_shows_and_previews_distill(runs_dir):
     from gradio_client import Client
 
     import app
-    from engine.config import field_specs
+    from engine.fields import field_specs
 
     names = app.FT_MAIN + app.FT_TRAIN + app.FT_LORA + app.FT_RUN + app.FT_DATA  # the order of the form's inputs
     assert {"teacher_model", "distill_temperature", "distill_alpha"} <= set(names)

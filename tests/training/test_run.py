@@ -89,7 +89,7 @@ def test_stop_at_loss_finishes_early_and_saves(runs_dir):
 @pytest.mark.parametrize("extra", [{"quant": {"mode": "8bit"}}, {"lora": {"use_rslora": True, "use_dora": True, "r": 4}}],
                          ids=["lora-on-8bit", "rslora-dora"])
 def test_lora_variants_train(extra, runs_dir):
-    from engine.config import from_dict
+    from engine.fields import from_dict
 
     name = "t-" + ("8bit" if "quant" in extra else "dora")
     # builtin:instructions: no date-task scoring (DoRA recomputes weight norms at every decoding step: slow on CPU)

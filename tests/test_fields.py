@@ -1,0 +1,63 @@
+"""Field machinery (engine/fields.py): coercion, range and choice checks name the field, the value and what is
+allowed; dict and flat round trips; the field descriptions the UI and the CLI are generated from."""
+
+import dataclasses
+
+import pytest
+
+from engine.config import GenerationSettings, LoraSettings, MemoryQuery, QuantSettings, TrainConfig
+from engine.errors import ConfigError
+from engine.fields import field_specs, from_dict, from_flat, to_dict
+
+
+def test_defaults_are_valid_and_round_trip():
+    for cls in (TrainConfig, GenerationSettings, QuantSettings, LoraSettings, MemoryQuery):
+        obj = cls()
+        assert from_dict(cls, to_dict(obj)) == obj
+
+
+@pytest.mark.parametrize(
+    "field,value,fragment",
+    [
+        ("learning_rate", -1.0, "learning_rate"),
+        ("learning_rate", float("nan"), "finite"),
+        ("micro_batch_size", 0, ">= 1"),
+        ("micro_batch_size", 10**9, "<="),
+        ("micro_batch_size", "abc", "whole number"),
+        ("epochs", "1e999", "finite"),
+        ("method", "dpo", "one of qlora, lora, full, scratch"),
+        ("precision", "fp8", "one of"),
+        ("max_seq_len", 4.5, "whole number"),
+        ("grad_checkpointing", "maybe", "true or false"),
+    ],
+)
+def test_bad_values_name_the_field(field, value, fragment):
+    with pytest.raises(ConfigError) as exc:
+        from_dict(TrainConfig, {field: value})
+    assert field in str(exc.value)
+    assert fragment in str(exc.value)
+
+
+def test_unknown_key_is_rejected():
+    with pytest.raises(ConfigError, match="lernrate"):
+        from_dict(TrainConfig, {"lernrate": 1})
+
+
+def test_nested_and_flat():
+    cfg = from_flat(TrainConfig, {"lora.r": "8", "quant.mode": "8bit", "micro_batch_size": 2.0})
+    assert cfg.lora.r == 8 and cfg.quant.mode == "8bit" and cfg.micro_batch_size == 2
+    with pytest.raises(ConfigError, match="r = 0"):
+        from_flat(TrainConfig, {"lora.r": 0})
+
+
+def test_field_specs_cover_every_field_with_help():
+    specs = field_specs(TrainConfig)
+    names = {s.name for s in specs}
+    assert {"method", "lora.r", "quant.mode", "learning_rate"} <= names
+    for s in specs:
+        assert s.help, s.name
+    method = next(s for s in specs if s.name == "method")
+    assert method.choices == ("qlora", "lora", "full", "scratch", "distill")
+    # every scalar field of TrainConfig appears exactly once
+    flat = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("quant", "lora")]
+    assert all(n in names for n in flat)
