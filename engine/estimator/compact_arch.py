@@ -7,8 +7,8 @@ parameter count written out. With C = hidden, I = intermediate, V = vocab, P = p
 b = 1 with biases (the default), 0 without:
 
     token + position embeddings   V*C + P*C
-    per block, linear weights     q, k, v, o: 4*C*C   MLP up, down: 2*C*I       (biases b * (4*C + I + C))
-    per block, 2 LayerNorms       2 * (C + b*C)
+    each of the L blocks: linears q, k, v, o: 4*C*C   MLP up, down: 2*C*I       (biases b * (4*C + I + C))
+                          2 LayerNorms: 2 * (C + b*C)
     final LayerNorm               C + b*C
     lm_head                       V*C, none when tied to the token embedding (the default)
 
