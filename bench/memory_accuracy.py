@@ -438,7 +438,7 @@ def _sim_peak(cfg: Any, layers: int, q: MemoryQuery) -> dict[str, float]:
 
 
 def resolve_arch(ref: str):
-    from engine.estimator.architecture import resolve
+    from engine.estimator.model_config import resolve
 
     return resolve(ref)
 
@@ -450,8 +450,9 @@ def simulate_main() -> int:
     import transformers
 
     from engine.estimator import memory
-    from engine.estimator.architecture import analyze, config_from_dict
+    from engine.estimator.architecture import analyze
     from engine.estimator.catalog import catalog_lookup
+    from engine.estimator.model_config import config_from_dict
 
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")

@@ -1,4 +1,5 @@
-"""Preset data for the estimator and the fine-tune form: hardware tiers, the model catalog, training recipes.
+"""Preset data for the estimator and the fine-tune form: hardware tiers, the model catalog, training recipes,
+and the numbers of the built-in compact presets.
 
 The data lives in YAML under `presets/` (data, not code, each record with its source); this module only
 loads, validates and looks it up. Files are read once per process (cached): they are part of the install.
@@ -140,3 +141,12 @@ def recipes() -> list[Recipe]:
 def recipes_for(tier_name: str) -> list[Recipe]:
     """The recipes suggested for one tier."""
     return [r for r in recipes() if r.tier == tier_name]
+
+
+@functools.lru_cache(maxsize=1)
+def compact_presets() -> dict[str, dict[str, Any]]:
+    """The built-in CompactLLM presets (presets/compact.yaml) as written: architecture numbers, description, pretrain_*.
+
+    Read as data here so that the estimator never imports the model code (engine/models/compact.py reads the same file).
+    """
+    return _load_yaml("compact.yaml")

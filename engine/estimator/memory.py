@@ -35,8 +35,9 @@ from typing import Any
 from ..config import MemoryQuery
 from ..errors import ConfigError, EngineError
 from ..fields import from_dict
-from .architecture import Arch, LinearSpec, arch_from_manual, resolve
+from .architecture import Arch, LinearSpec
 from .catalog import HardwareTier, catalog, hardware_tiers, tier_by_name
+from .model_config import arch_from_manual, resolve
 
 __all__ = [
     "MemoryEstimate", "Suggestion", "estimate", "hardware_tiers", "catalog", "model_choices", "max_batch", "max_seq_len",

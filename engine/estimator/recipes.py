@@ -89,7 +89,7 @@ def apply_recipe(cfg_values: dict[str, Any], tier: str, model: str) -> AppliedRe
 
     cfg = _config(values)
     try:
-        from .architecture import resolve
+        from .model_config import resolve
 
         arch = resolve(model)
     except EngineError as exc:

@@ -319,9 +319,9 @@ def estimate_distill(cfg: TrainConfig, dtype: str, *, student_config: Path | Non
     None when an architecture is unknown offline (a Hub id without internet, a run before it is loaded).
     """
     from ..config import MemoryQuery
-    from ..estimator.architecture import resolve
     from ..estimator.handoff import query_from_train
     from ..estimator.memory import estimate
+    from ..estimator.model_config import resolve
     from ..models.compact import load_compact_preset
 
     t_ref = str(teacher_config) if teacher_config else cfg.teacher_model

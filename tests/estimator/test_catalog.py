@@ -6,8 +6,8 @@ import pytest
 
 from engine.config import MemoryQuery
 from engine.estimator import memory
-from engine.estimator.architecture import resolve
 from engine.estimator.catalog import catalog, catalog_lookup, hardware_tiers, recipes
+from engine.estimator.model_config import resolve
 
 CATALOG = catalog()
 

@@ -14,9 +14,10 @@ import pytest
 from engine.config import MemoryQuery
 from engine.errors import ConfigError, EngineError, ModelLoadError
 from engine.estimator import memory
-from engine.estimator.architecture import analyze, arch_from_manual, config_from_dict, resolve
+from engine.estimator.architecture import analyze
 from engine.estimator.cli import answer_query_line
 from engine.estimator.memory import GIB, estimate
+from engine.estimator.model_config import arch_from_manual, config_from_dict, resolve
 
 # A tiny Llama-style model whose every number is easy to check by hand:
 # h=64, 4 heads (head_dim 16), MLP 128, vocab 1000, 2 layers, untied.

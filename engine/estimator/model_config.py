@@ -1,0 +1,211 @@
+"""Model references for the memory estimator: which config a reference names, and its `Arch` (cached).
+
+A reference is a built-in compact preset (`builtin:NAME`), a catalog name or Hub id from `presets/models.yaml`
+(offline), a path to a `config.json`, a manual architecture (`manual:L=..,h=..,...`, see `arch_from_manual`), or
+any other Hugging Face id (only its `config.json` is fetched and cached by huggingface_hub). The config is then
+measured by engine/estimator/architecture.py (`analyze`); built-in presets are described from their numbers by
+engine/estimator/compact_arch.py, without the model code.
+
+Everything here is cached per reference: the first resolution of a model imports torch/transformers and takes
+up to a few seconds, every later estimate is pure arithmetic.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, ModelLoadError
+from ..refs import LOOSE_HUB_ID_RE
+from .architecture import Arch, analyze
+from .catalog import CatalogEntry, catalog_lookup
+from .compact_arch import builtin_arch
+
+
+def resolve(ref: str) -> Arch:
+    """The architecture behind a model reference (cached). Raises ModelLoadError/ConfigError with a clear message."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise ConfigError("model", ref, "a built-in preset, catalog name, Hugging Face id, config.json path or manual:... architecture")
+    return _resolve_cached(ref.strip())
+
+
+@functools.lru_cache(maxsize=256)
+def _resolve_cached(ref: str) -> Arch:
+    if ref.startswith("builtin:"):
+        return builtin_arch(ref)
+    if ref.startswith("manual:"):
+        cfg = _manual_config(ref)
+        return analyze(cfg, ref=ref, label=f"manual ({ref[7:]})", source="manual architecture")
+    entry = catalog_lookup(ref)
+    if entry is not None:
+        return _from_catalog(entry, ref)
+    path = Path(ref).expanduser()
+    if ref.endswith(".json") or path.is_dir() or path.is_file():
+        return _from_file(path, ref)
+    if LOOSE_HUB_ID_RE.match(ref):
+        return _from_hub(ref)
+    raise ModelLoadError(
+        f"Unknown model {ref!r}: use a built-in preset (builtin:compact-mini), a catalog name such as 'llama-3.1-8b' "
+        "(see `python -m engine estimate --list-models`), a Hugging Face id like 'Qwen/Qwen2.5-0.5B', "
+        "the path of a config.json, or a manual architecture."
+    )
+
+
+def _from_catalog(entry: CatalogEntry, ref: str) -> Arch:
+    cfg = config_from_dict(dict(entry.config), where=f"catalog entry {entry.name}")
+    return analyze(cfg, ref=entry.name, label=f"{entry.name} ({entry.hf_id})", source=entry.source, published=entry.params)
+
+
+def _from_file(path: Path, ref: str) -> Arch:
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ModelLoadError(f"No config.json at {str(path)!r}.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{path.name} is not valid JSON ({exc}). Upload the model's config.json as it is on the Hub.") from exc
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{path.name} must hold a JSON object with the model's configuration.")
+    cfg = config_from_dict(data, where=path.name)
+    return analyze(cfg, ref=ref, label=f"{data.get('_name_or_path') or path.name} (uploaded config)", source=str(path))
+
+
+def _from_hub(repo: str) -> Arch:
+    try:
+        from huggingface_hub import constants, hf_hub_download
+        from huggingface_hub.errors import (
+            EntryNotFoundError,
+            GatedRepoError,
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+        )
+    except ImportError as exc:
+        raise ModelLoadError(f"huggingface_hub is needed to fetch {repo!r}: {exc}") from exc
+    offline = (
+        f"Could not fetch config.json of {repo!r} from the Hugging Face Hub: you seem to be offline. "
+        "Pick a catalog model or built-in preset, upload the model's config.json, or enter the architecture manually."
+    )
+    try:  # a config fetched before is in huggingface_hub's cache: no network needed
+        return _hub_arch(repo, hf_hub_download(repo, "config.json", local_files_only=True))
+    except (LocalEntryNotFoundError, OSError):
+        pass
+    if constants.HF_HUB_OFFLINE or not _hub_reachable(constants.ENDPOINT):
+        raise ModelLoadError(offline)  # fail fast instead of huggingface_hub's retries with backoff
+    try:
+        path = hf_hub_download(repo, "config.json", etag_timeout=5)
+    except GatedRepoError as exc:
+        raise ModelLoadError(
+            f"{repo!r} is gated on the Hub: accept its licence and log in (HF_TOKEN), or upload its config.json, "
+            "or pick the same architecture from the catalog."
+        ) from exc
+    except RepositoryNotFoundError as exc:
+        raise ModelLoadError(f"No Hugging Face repository {repo!r} (or it is private). Check the id.") from exc
+    except LocalEntryNotFoundError as exc:  # raised when the Hub cannot be reached and nothing is cached
+        raise ModelLoadError(offline) from exc
+    except EntryNotFoundError as exc:
+        raise ModelLoadError(f"{repo!r} has no config.json; is it a transformers model?") from exc
+    except Exception as exc:  # DNS, timeouts, proxies, HTTP 5xx: all mean "cannot reach the Hub"
+        raise ModelLoadError(f"{offline} ({type(exc).__name__})") from exc
+    return _hub_arch(repo, path)
+
+
+def _hub_arch(repo: str, path: str) -> Arch:
+    arch = _from_file(Path(path), repo)
+    return replace(arch, ref=repo, label=repo, source=f"https://huggingface.co/{repo}/blob/main/config.json")
+
+
+def _hub_reachable(endpoint: str, timeout: float = 3.0) -> bool:
+    """A quick TCP connect to the Hub endpoint (huggingface_hub itself retries for ~20 s when offline)."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(endpoint)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def config_from_dict(data: dict[str, Any], *, where: str) -> Any:
+    """A transformers config object from a config.json dict (no remote code is ever run)."""
+    from transformers import AutoConfig
+
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise ModelLoadError(f"{where} has no 'model_type'; is it a transformers config.json?")
+    kwargs = {k: v for k, v in data.items() if k != "model_type"}
+    try:
+        return AutoConfig.for_model(model_type, **kwargs)
+    except ValueError as exc:
+        if "recognize" in str(exc).lower():  # "Unrecognized model ...": an unknown model_type
+            raise ModelLoadError(
+                f"transformers does not know model_type {model_type!r} ({where}); it may need remote code. "
+                "Enter its architecture manually instead."
+            ) from exc
+        raise ModelLoadError(f"{where} is not a valid {model_type} configuration: {exc}") from exc
+    except Exception as exc:  # transformers 5 validates configs (strict dataclasses) with its own error types
+        raise ModelLoadError(f"{where} is not a valid {model_type} configuration: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+# --------------------------------------------------------------------------------------------------
+# Manual architectures
+# --------------------------------------------------------------------------------------------------
+
+_MANUAL_KEYS = {"L": "layers", "h": "hidden", "a": "heads", "kv": "kv_heads", "i": "intermediate", "v": "vocab", "tied": "tied"}
+
+
+def arch_from_manual(layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int, vocab: int, tied: bool) -> Arch:
+    """A Llama-style architecture (RMSNorm, SwiGLU, RoPE, GQA) from its numbers; usable as `MemoryQuery(model=arch.ref)`."""
+    values = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "intermediate": intermediate, "vocab": vocab}
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
+            raise ConfigError(name, value, "a whole number >= 1")
+    if hidden % heads:
+        raise ConfigError("heads", heads, f"a divisor of hidden ({hidden})")
+    if heads % kv_heads:
+        raise ConfigError("kv_heads", kv_heads, f"a divisor of heads ({heads})")
+    ref = f"manual:L={int(layers)},h={int(hidden)},a={int(heads)},kv={int(kv_heads)},i={int(intermediate)},v={int(vocab)},tied={int(bool(tied))}"
+    return resolve(ref)
+
+
+def _manual_config(ref: str) -> Any:
+    from transformers import LlamaConfig
+
+    parts: dict[str, int] = {}
+    for item in ref[len("manual:"):].split(","):
+        if "=" not in item:
+            raise ConfigError("model", ref, "manual:L=<layers>,h=<hidden>,a=<heads>,kv=<kv heads>,i=<intermediate>,v=<vocab>,tied=<0|1>")
+        key, _, value = item.partition("=")
+        key = key.strip()
+        if key not in _MANUAL_KEYS:
+            raise ConfigError("model", ref, "keys L, h, a, kv, i, v, tied")
+        try:
+            parts[key] = int(value)
+        except ValueError:
+            raise ConfigError(f"model ({_MANUAL_KEYS[key]})", value, "a whole number") from None
+    missing = [k for k in ("L", "h", "a", "i", "v") if k not in parts]
+    if missing:
+        raise ConfigError("model", ref, "all of L, h, a, i, v (kv and tied are optional)")
+    kv = parts.get("kv", parts["a"])
+    for key, value in parts.items():
+        if key != "tied" and value < 1:
+            raise ConfigError(_MANUAL_KEYS[key], value, "a whole number >= 1")
+    if parts["h"] % parts["a"]:
+        raise ConfigError("heads", parts["a"], f"a divisor of hidden ({parts['h']})")
+    if parts["a"] % kv:
+        raise ConfigError("kv_heads", kv, f"a divisor of heads ({parts['a']})")
+    return LlamaConfig(
+        num_hidden_layers=parts["L"], hidden_size=parts["h"], num_attention_heads=parts["a"], num_key_value_heads=kv,
+        intermediate_size=parts["i"], vocab_size=parts["v"], tie_word_embeddings=bool(parts.get("tied", 0)),
+    )
