@@ -164,7 +164,7 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
     # Full fine-tuning (a pretrained distill student too) with fp16 AMP needs fp32 master weights; everything else
     # loads in the compute dtype.
     load_dtype = torch.float32 if (cfg.method in ("full", "distill") and dtype == torch.float16) else dtype
-    return load_model(cfg.base_model, quant, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=load_dtype, cache=False)
+    return load_model(cfg.base_model, quant, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=load_dtype)
 
 
 # --------------------------------------------------------------------------------------------------
