@@ -565,7 +565,7 @@ def _playground_models(jobs: JobManager) -> list[str]:
     """Built-in models, finished runs, their merged models, then the catalog's Hub ids (downloaded when online)."""
     from engine.estimator.catalog import catalog
     from engine.models.compact import compact_presets
-    from engine.models.loading import builtin_model_dir
+    from engine.models.references import builtin_model_dir
 
     out = [f"builtin:{p}" for p in compact_presets() if (builtin_model_dir(p, jobs.runs_dir) / "config.json").exists()]
     for s in jobs.finished_runs():
@@ -619,7 +619,7 @@ def _stats_line(upd: Any) -> str:
 
 
 def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict[str, Any]:
-    from engine.models.loading import MODEL_CACHE
+    from engine.models.cache import MODEL_CACHE
 
     signals = StopSignals()
     with gr.Row():

@@ -86,7 +86,7 @@ def build_random(preset: str, dest: Path) -> Path:
 
 def prepare_models(args: argparse.Namespace, tmp: Path) -> dict[str, tuple[Path, str]]:
     """{label: (model folder, description)}."""
-    from engine.models.loading import builtin_model_dir
+    from engine.models.references import builtin_model_dir
 
     models = {"compact-course": (build_random("compact-course", tmp / "course"), "random weights")}
     mini = builtin_model_dir("compact-mini", args.runs)

@@ -20,7 +20,8 @@ import yaml
 
 from engine.config import QuantSettings
 from engine.hardware.device import DeviceInfo
-from engine.models.loading import LoadedModel, builtin_model_dir, load_model
+from engine.models.loading import LoadedModel, load_model
+from engine.models.references import builtin_model_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -57,7 +57,8 @@ def merge_adapter(
     """
     from peft import PeftModel
 
-    from ..models.loading import _adapter_base, _has_tokenizer, _read_run_base, _tokenizer_from, load_model
+    from ..models.loading import has_tokenizer, load_model, tokenizer_from
+    from ..models.references import adapter_base, read_run_base
     from ..runs import atomic_replace_dir, atomic_write_text
 
     run_dir = Path(run_dir)
@@ -71,8 +72,8 @@ def merge_adapter(
         raise ModelLoadError(
             f"Run {run_dir.name!r} has no LoRA adapter to merge (no adapter/adapter_config.json): has it finished?"
         )
-    base_ref, _ = _read_run_base(run_dir)
-    base_ref = base_ref or _adapter_base(adapter_dir)
+    base_ref, _ = read_run_base(run_dir)
+    base_ref = base_ref or adapter_base(adapter_dir)
     if not base_ref:
         raise ModelLoadError(f"Run {run_dir.name!r} does not say which base model its adapter belongs to.")
 
@@ -102,7 +103,7 @@ def merge_adapter(
     merged = merged.to(save_dtype)
     merged.eval()
 
-    tokenizer = _tokenizer_from(str(adapter_dir), False) if _has_tokenizer(adapter_dir) else loaded.tokenizer
+    tokenizer = tokenizer_from(str(adapter_dir), False) if has_tokenizer(adapter_dir) else loaded.tokenizer
 
     out_dir = Path(out_dir) if out_dir else run_dir / "merged"
     tmp = out_dir.parent / f".{out_dir.name}.tmp"

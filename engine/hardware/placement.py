@@ -1,23 +1,25 @@
 """Where each part of a loaded model lives: device and storage format per module group, for the UI.
 
-`describe_placement(model)` walks the leaf modules that hold weights and groups them the way a person
-thinks of a decoder: the embeddings, each transformer block (consecutive blocks that look the same are
+`describe_placement(model, is_int8_dynamic=...)` walks the leaf modules that hold weights and groups them the
+way a person thinks of a decoder: the embeddings, each transformer block (consecutive blocks that look the same are
 merged: `model.layers.0-5`), the final norm and the head. Each group maps to one line such as
 ``cuda:0 · 4-bit nf4 (bitsandbytes)``, ``cpu (offloaded) · fp16``, ``disk (offloaded) · fp16`` or
 ``cpu · int8 dynamic``. With `device_map="auto"`, accelerate records its decision in `model.hf_device_map`
 (module name -> GPU index, "cpu" or "disk"); offloaded weights sit on the meta device between forwards, so the
 map, not the tensors, says where they are.
+
+Hardware sits below the models layer, so it does not know torch's quantized layer types itself: the caller
+(`LoadedModel.placement`) passes engine/models/cpu_quant.py's `is_int8_dynamic` as a predicate.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-from ..models.cpu_quant import is_int8_dynamic
 from .device import dtype_name
 
 _INDEXED = re.compile(r"^(.*?\.)(\d+)(?:\.|$)")  # "model.layers.3.mlp.up_proj" -> ("model.layers.", "3")
@@ -44,9 +46,9 @@ def _lookup(device_map: Mapping[str, Any], name: str) -> Any:
     return best
 
 
-def _kind(module: torch.nn.Module, tied_to: str | None) -> str:
-    """Storage format of one leaf module's weight."""
-    if is_int8_dynamic(module):
+def _kind(module: torch.nn.Module, tied_to: str | None, int8_dynamic: bool) -> str:
+    """Storage format of one leaf module's weight (int8_dynamic: it is a torch dynamically quantized Linear)."""
+    if int8_dynamic:
         return "int8 dynamic"
     cls = type(module).__name__
     weight = getattr(module, "weight", None)
@@ -72,9 +74,10 @@ def _group(name: str) -> str:
     return f"{m.group(1)}{m.group(2)}" if m else name
 
 
-def describe_placement(model: Any) -> dict[str, str]:
+def describe_placement(model: Any, *, is_int8_dynamic: Callable[[torch.nn.Module], bool]) -> dict[str, str]:
     """{module group: "device · storage"} in model order (see the module docstring).
 
+    is_int8_dynamic: whether a module is a torch dynamically quantized Linear (engine/models/cpu_quant.py).
     LoRA adapter layers of a peft model are listed inside their block as "+ LoRA <dtype>".
     """
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -84,9 +87,10 @@ def describe_placement(model: Any) -> dict[str, str]:
     first_owner: dict[int, str] = {}  # weight storage -> first module that holds it (tied weights)
     groups: dict[str, tuple[list[str], list[str]]] = {}  # group -> (devices, kinds), first-seen order
     for name, module in base.named_modules():
-        if next(module.children(), None) is not None and not is_int8_dynamic(module):
+        int8_dynamic = is_int8_dynamic(module)
+        if next(module.children(), None) is not None and not int8_dynamic:
             continue  # only leaves hold weights here (a quantized Linear has a packed-params child)
-        if not is_int8_dynamic(module) and not any(True for _ in module.parameters(recurse=False)):
+        if not int8_dynamic and not any(True for _ in module.parameters(recurse=False)):
             continue
         name = name.removeprefix(_PEFT_PREFIX)
         weight = getattr(module, "weight", None)
@@ -95,12 +99,12 @@ def describe_placement(model: Any) -> dict[str, str]:
             ptr = weight.untyped_storage().data_ptr()
             tied_to = first_owner.setdefault(ptr, name)
             tied_to = None if tied_to == name else tied_to
-        kind = _kind(module, tied_to)
+        kind = _kind(module, tied_to, int8_dynamic)
         if "lora_" in name:
             kind = f"LoRA {kind.split(' ')[0]}"
         if device_map:
             device = _device_text(_lookup(device_map, name), has_gpu)
-        elif is_int8_dynamic(module):
+        elif int8_dynamic:
             device = "cpu"
         else:
             device = str(weight.device if isinstance(weight, torch.Tensor) else next(module.parameters()).device)

@@ -1,15 +1,8 @@
 """Load a causal LM and its tokenizer from any model reference the app accepts, quantized or not.
 
-Model references (`ref`):
-
-- ``builtin:NAME``   a built-in compact model, pretrained once into ``<runs>/_builtin/NAME/model``
-- ``run:NAME``       a finished run ``<runs>/NAME``: its ``adapter/`` (peft LoRA, applied on the run's base
-                     model, not merged) or its ``model/`` (full fine-tune / scratch)
-- ``run:NAME/merged`` the 16-bit model saved by merging that run's adapter (``<runs>/NAME/merged``)
-- a local folder     only with ``allow_local_paths=True`` (the CLI) or when it lies inside the runs folder:
-                     on a public link, user input must never name an arbitrary server path
-- a Hub id           ``owner/name`` (or a legacy single name such as ``gpt2``), via ``from_pretrained``;
-                     ``HF_TOKEN`` is picked up from the environment by huggingface_hub, never logged here
+References (``builtin:NAME``, ``run:NAME``, ``run:NAME/merged``, a local folder, a Hub id) are resolved by
+engine/models/references.py; Hub ids go to ``from_pretrained``, and ``HF_TOKEN`` is picked up from the environment
+by huggingface_hub, never logged here.
 
 Quantization (`QuantSettings`): none, bitsandbytes 8-bit or 4-bit (nf4/fp4, double quant, compute dtype), or
 torch int8 dynamic quantization for CPU inference (engine/models/cpu_quant.py). The dtype policy lives in
@@ -20,20 +13,14 @@ Placement: `device_map="auto"` lets accelerate spread a model that does not fit 
 disk (the disk part goes to an offload folder under the runs dir); `LoadedModel.placement()` says what lives where
 (engine/hardware/placement.py). On a CPU-only machine "auto" is ignored: everything is on the CPU anyway.
 
-`ModelCache` keeps loaded models so the playground does not reload on every message. `MODEL_CACHE` is the
-one process-wide instance: it is shared by every browser session and thread, and guarded by its lock.
+`load_model` loads afresh on every call; the playground goes through the process-wide cache of loaded models,
+`MODEL_CACHE` (engine/models/cache.py).
 """
 
 from __future__ import annotations
 
-import gc
-import json
 import logging
-import os
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,24 +28,13 @@ from typing import Any
 import torch
 
 from ..config import QuantSettings
-from ..errors import ConfigError, EngineError, ModelLoadError
+from ..errors import ConfigError, ModelLoadError
 from ..hardware.device import DeviceInfo, detect_device, dtype_name, resolve_dtype
 from ..hardware.placement import summarize_device_map
-from ..refs import (
-    BUILTIN_PREFIX,
-    HUB_MODEL_ID_RE,
-    MERGED_SUFFIX,
-    RUN_PREFIX,
-    default_runs_dir,
-    is_valid_run_name,
-    is_within,
-    path_exists,
-    run_ref_dir,
-)
+from ..refs import default_runs_dir
+from .references import resolve_adapter, resolve_model, resolve_offload_folder
 
 log = logging.getLogger(__name__)
-
-_MAX_REF_DEPTH = 4  # run:A whose base is run:B whose base is ... (guards against a cycle)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -90,8 +66,9 @@ class LoadedModel:
         (bitsandbytes)", "lm_head": "disk (offloaded) · fp16"}. Built from `hf_device_map` when accelerate
         placed the model (device_map="auto"), from the tensors otherwise."""
         from ..hardware.placement import describe_placement
+        from .cpu_quant import is_int8_dynamic
 
-        return describe_placement(self.model)
+        return describe_placement(self.model, is_int8_dynamic=is_int8_dynamic)
 
     @property
     def context_length(self) -> int | None:
@@ -104,190 +81,13 @@ class LoadedModel:
         return None
 
 
-# --------------------------------------------------------------------------------------------------
-# Reference resolution (no torch work: cheap, and testable on its own)
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Source:
-    """Where the weights of a reference are: a local folder or a Hub id, and optionally an adapter."""
-
-    location: str  # local folder (absolute) or Hub id
-    is_local: bool
-    description: str
-    adapter_dir: Path | None = None  # peft adapter to apply on top (run:NAME with adapter/)
-    base: _Source | None = None  # for adapter runs: the base model's source
-    run_quant: QuantSettings | None = None  # quantization the run trained with (qlora -> 4bit)
-
-
-def builtin_model_dir(name: str, runs_dir: Path | None = None) -> Path:
-    """Folder of the pretrained built-in compact model NAME: ``<runs>/_builtin/NAME/model``."""
-    if not is_valid_run_name(name):
-        raise ModelLoadError(f"Built-in model name {name!r} is not valid: use letters, digits, '-', '_' and '.'.")
-    return Path(runs_dir or default_runs_dir()) / "_builtin" / name / "model"
-
-
-def _read_run_base(run_dir: Path) -> tuple[str | None, QuantSettings | None]:
-    """Base model reference and quantization of a run, from its config.yaml (None when unreadable)."""
-    path = run_dir / "config.yaml"
-    if not path.exists():
-        return None, None
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return None, None
-    if not isinstance(data, dict):
-        return None, None
-    base = data.get("base_model")
-    quant = None
-    if data.get("method") == "qlora":
-        q = data.get("quant") or {}
-        try:
-            # The weight format follows the run; the compute dtype follows the device it is loaded on now
-            # (a run trained in bf16 on an A100 must still load on a T4).
-            quant = QuantSettings(
-                mode="4bit", quant_type=q.get("quant_type", "nf4"), double_quant=bool(q.get("double_quant", True))
-            )
-        except EngineError:
-            quant = QuantSettings(mode="4bit")
-    return (str(base) if base else None), quant
-
-
-def _resolve(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int = 0) -> _Source:
-    if depth > _MAX_REF_DEPTH:
-        raise ModelLoadError(f"Model reference {ref!r} refers to runs that refer to each other too deeply (a cycle?).")
-    ref = (ref or "").strip()
-    if not ref:
-        raise ModelLoadError("No model given: pick a built-in model, a finished run, or type a Hugging Face model id.")
-
-    if ref.startswith(BUILTIN_PREFIX):
-        name = ref[len(BUILTIN_PREFIX) :]
-        folder = builtin_model_dir(name, runs_dir)
-        if not (folder / "config.json").exists():
-            _check_known_preset(name)
-            raise ModelLoadError(
-                f"The built-in model {name} has not been pretrained yet: start a 'scratch' run with base model "
-                f"builtin:{name} (or any fine-tune of it, which pretrains it first), or run "
-                f"`python -m engine prepare-builtin {name}`. It takes a few minutes on a CPU."
-            )
-        return _Source(str(folder), True, f"built-in {name}")
-
-    if ref.startswith(RUN_PREFIX):
-        name = ref[len(RUN_PREFIX) :]
-        if name.endswith(MERGED_SUFFIX):  # run:NAME/merged: the 16-bit model made by merging the run's adapter
-            name = name[: -len(MERGED_SUFFIX)]
-            merged = run_ref_dir(name, runs_dir) / "merged"
-            if not (merged / "config.json").exists():
-                raise ModelLoadError(f"Run {name!r} has no merged model yet: merge its adapter first (Fine-tune → Merge adapter).")
-            return _Source(str(merged), True, f"run {name} (merged)")
-        run_dir = run_ref_dir(name, runs_dir)
-        if not run_dir.is_dir():
-            raise ModelLoadError(f"There is no run named {name!r} in {runs_dir}.")
-        adapter_dir = run_dir / "adapter"
-        model_dir = run_dir / "model"
-        if (adapter_dir / "adapter_config.json").exists():
-            base_ref, run_quant = _read_run_base(run_dir)
-            if not base_ref:
-                base_ref = _adapter_base(adapter_dir)
-            if not base_ref:
-                raise ModelLoadError(
-                    f"Run {name!r} has an adapter but neither its config.yaml nor its adapter names a base model."
-                )
-            # The run's config.yaml was validated against the path policy when the run was created, and
-            # an adapter_config written by our trainer names a folder it loaded: trust both here.
-            base = _resolve(base_ref, runs_dir, True, depth + 1)
-            if base.adapter_dir is not None and base.base is not None:
-                # A LoRA run trained on another LoRA run continued that run's adapter (engine/training/run.py
-                # `_continue_adapter`), so its adapter already holds the first one: both share the first base.
-                base = base.base
-            return _Source(
-                base.location,
-                base.is_local,
-                f"run {name} (LoRA adapter on {base.description})",
-                adapter_dir=adapter_dir,
-                base=base,
-                run_quant=run_quant,
-            )
-        if (model_dir / "config.json").exists():
-            return _Source(str(model_dir), True, f"run {name}")
-        raise ModelLoadError(
-            f"Run {name!r} has no final model yet (no adapter/ or model/ folder): it is still running, or it was "
-            "stopped or failed before saving. Resume it from the run history, then load it again."
-        )
-
-    path = Path(ref).expanduser()
-    # Anything that exists on disk is a path (from_pretrained would prefer the folder over a Hub id of the
-    # same spelling), and so is anything that looks like one.
-    if path_exists(path) or path.is_absolute() or ref.startswith((".", "~", os.sep)):
-        if not (allow_local_paths or is_within(path, runs_dir)):
-            raise ModelLoadError(
-                f"{ref!r} is a path on the server; only built-in models, runs (run:NAME) and Hugging Face ids can "
-                "be loaded here. Use the command line to load a model from a local folder."
-            )
-        if not path.is_dir():
-            raise ModelLoadError(f"Model folder {ref!r} does not exist.")
-        if not (path / "config.json").exists():
-            raise ModelLoadError(f"{ref!r} is not a model folder (no config.json in it).")
-        return _Source(str(path.resolve()), True, f"folder {path.resolve()}")
-
-    if not HUB_MODEL_ID_RE.match(ref) or ".." in ref:
-        raise ModelLoadError(
-            f"{ref!r} is not a model reference: use builtin:NAME, run:NAME or a Hugging Face id such as "
-            "'Qwen/Qwen2.5-0.5B-Instruct'."
-        )
-    return _Source(ref, False, f"Hugging Face {ref}")
-
-
-def _check_known_preset(name: str) -> None:
-    from .compact import compact_presets
-
-    presets = compact_presets()
-    if name not in presets:
-        raise ModelLoadError(f"Unknown built-in model {name!r}. Built-in models: {', '.join(presets)}.")
-
-
-def _adapter_base(adapter_dir: Path) -> str | None:
-    try:
-        data = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    base = data.get("base_model_name_or_path")
-    return str(base) if base else None
-
-
-def _resolve_adapter(adapter: str, runs_dir: Path, allow_local_paths: bool) -> str:
-    """An adapter reference: run:NAME (its adapter/), a local adapter folder (policy as for models) or a Hub id."""
-    if adapter.startswith(RUN_PREFIX):
-        run_dir = run_ref_dir(adapter[len(RUN_PREFIX) :], runs_dir)
-        folder = run_dir / "adapter"
-        if not (folder / "adapter_config.json").exists():
-            raise ModelLoadError(
-                f"Run {adapter[len(RUN_PREFIX) :]!r} has no LoRA adapter (no adapter/adapter_config.json)."
-            )
-        return str(folder)
-    path = Path(adapter).expanduser()
-    if path_exists(path) or path.is_absolute() or adapter.startswith((".", "~", os.sep)):
-        if not (allow_local_paths or is_within(path, runs_dir)):
-            raise ModelLoadError(
-                f"{adapter!r} is a path on the server; name an adapter as run:NAME or a Hugging Face id."
-            )
-        if not (path / "adapter_config.json").exists():
-            raise ModelLoadError(f"{adapter!r} is not a LoRA adapter folder (no adapter_config.json).")
-        return str(path.resolve())
-    if not HUB_MODEL_ID_RE.match(adapter) or ".." in adapter:
-        raise ModelLoadError(f"{adapter!r} is not an adapter reference (run:NAME or a Hugging Face id).")
-    return adapter
-
 
 # --------------------------------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------------------------------
 
 
-def _hub_error(exc: Exception, what: str, location: str) -> ModelLoadError:
+def hub_error(exc: Exception, what: str, location: str) -> ModelLoadError:
     """Translate the many ways from_pretrained fails into one message a person can act on."""
     text = str(exc)
     if "trust_remote_code" in text:
@@ -303,7 +103,8 @@ def _hub_error(exc: Exception, what: str, location: str) -> ModelLoadError:
     return ModelLoadError(f"Could not load the {what} {location!r}: {type(exc).__name__}: {text[:500]}")
 
 
-def _tokenizer_from(location: str, trust_remote_code: bool) -> Any:
+def tokenizer_from(location: str, trust_remote_code: bool) -> Any:
+    """The tokenizer in `location` (folder or Hub id), with chat template and left padding."""
     from transformers import AutoTokenizer
 
     from .tokenizer import ensure_chat_template
@@ -311,14 +112,15 @@ def _tokenizer_from(location: str, trust_remote_code: bool) -> Any:
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise _hub_error(exc, "tokenizer of", location) from exc
+        raise hub_error(exc, "tokenizer of", location) from exc
     ensure_chat_template(tokenizer)
     # Decoder-only generation continues from the last position: batches must be padded on the left.
     tokenizer.padding_side = "left"
     return tokenizer
 
 
-def _has_tokenizer(folder: Path) -> bool:
+def has_tokenizer(folder: Path) -> bool:
+    """Whether `folder` holds tokenizer files (a run's adapter/ carries the tokenizer it was trained with)."""
     return any(
         (folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
     )
@@ -333,11 +135,11 @@ def load_tokenizer(
 ) -> Any:
     """The tokenizer of a model reference (same rules as `load_model`), with chat template and pad token."""
     runs_dir = Path(runs_dir or default_runs_dir())
-    source = _resolve(ref, runs_dir, allow_local_paths)
+    source = resolve_model(ref, runs_dir, allow_local_paths)
     # A run's adapter folder carries the tokenizer it was trained with (chat template, pad token).
-    if source.adapter_dir is not None and _has_tokenizer(source.adapter_dir):
-        return _tokenizer_from(str(source.adapter_dir), trust_remote_code)
-    return _tokenizer_from(source.location, trust_remote_code)
+    if source.adapter_dir is not None and has_tokenizer(source.adapter_dir):
+        return tokenizer_from(str(source.adapter_dir), trust_remote_code)
+    return tokenizer_from(source.location, trust_remote_code)
 
 
 def bnb_config(quant: QuantSettings, compute_dtype: torch.dtype, *, cpu_offload: bool = False) -> Any:
@@ -372,12 +174,11 @@ def load_model(
     allow_local_paths: bool = False,
     dtype: torch.dtype | None = None,
     device_map: str | dict[str, Any] | None = None,
-    cache: bool = False,
     allow_cpu_repack: bool = False,
     offload_folder: Path | None = None,
     max_memory: dict[int | str, int | str] | None = None,
 ) -> LoadedModel:
-    """Load model + tokenizer for `ref` (see the module docstring for the reference forms).
+    """Load model + tokenizer for `ref` (engine/models/references.py lists the reference forms).
 
     quant: None = unquantized, except for a QLoRA run (run:NAME) which loads its base the way it was
     trained (4-bit). dtype overrides the policy dtype of the unquantized parts (resolve_dtype of
@@ -387,58 +188,13 @@ def load_model(
     `<runs>/_offload/`; it must lie inside the runs dir unless allow_local_paths). max_memory: accelerate's
     per-device budget for "auto", e.g. {0: "6GiB", "cpu": "12GiB"}. quant.mode "int8-dynamic" quantizes every
     Linear with torch for CPU inference (ConfigError on a GPU), merging an adapter first. adapter: a LoRA
-    adapter (run:NAME, Hub id, or folder under the same path policy) applied on top, unmerged. cache=True goes through `MODEL_CACHE`.
+    adapter (run:NAME, Hub id, or folder under the same path policy) applied on top, unmerged.
     allow_cpu_repack: opt in to bitsandbytes' packed CPU inference layout for 4-bit models (1.2-5x faster
     CPU decoding, measured in engine/models/bnb_safety.py's docstring) for models that are never trained; the
     default keeps every 4-bit model safe to train (engine/models/bnb_safety.py).
     Raises ModelLoadError (or ConfigError for impossible dtype choices) with a message for the user.
+    Every call loads afresh; `MODEL_CACHE.get_or_load` (engine/models/cache.py) takes the same arguments and caches.
     """
-    if cache:
-        return MODEL_CACHE.get_or_load(
-            ref,
-            quant,
-            runs_dir=runs_dir,
-            trust_remote_code=trust_remote_code,
-            adapter=adapter,
-            device=device,
-            allow_local_paths=allow_local_paths,
-            dtype=dtype,
-            device_map=device_map,
-            allow_cpu_repack=allow_cpu_repack,
-            offload_folder=offload_folder,
-            max_memory=max_memory,
-        )
-    return _load_uncached(
-        ref,
-        quant,
-        runs_dir=runs_dir,
-        trust_remote_code=trust_remote_code,
-        adapter=adapter,
-        device=device,
-        allow_local_paths=allow_local_paths,
-        dtype=dtype,
-        device_map=device_map,
-        allow_cpu_repack=allow_cpu_repack,
-        offload_folder=offload_folder,
-        max_memory=max_memory,
-    )
-
-
-def _load_uncached(
-    ref: str,
-    quant: QuantSettings | None,
-    *,
-    runs_dir: Path | None,
-    trust_remote_code: bool,
-    adapter: str | None,
-    device: DeviceInfo | None,
-    allow_local_paths: bool,
-    dtype: torch.dtype | None,
-    device_map: str | dict[str, Any] | None,
-    allow_cpu_repack: bool = False,
-    offload_folder: Path | None = None,
-    max_memory: dict[int | str, int | str] | None = None,
-) -> LoadedModel:
     from transformers import AutoModelForCausalLM
 
     from . import compact as _compact  # noqa: F401  (registers compact_llm with the Auto classes)
@@ -447,7 +203,7 @@ def _load_uncached(
     t0 = time.perf_counter()
     runs_dir = Path(runs_dir or default_runs_dir())
     device = device or detect_device()
-    source = _resolve(ref, runs_dir, allow_local_paths)
+    source = resolve_model(ref, runs_dir, allow_local_paths)
     if quant is None:
         quant = source.run_quant or QuantSettings(mode="none")
     compute_dtype = resolve_dtype(quant.compute_dtype, device, field="quant.compute_dtype")
@@ -471,7 +227,7 @@ def _load_uncached(
     if qconfig is not None:
         kwargs["quantization_config"] = qconfig
     if device_map == "auto":
-        kwargs["offload_folder"] = str(_offload_folder(offload_folder, runs_dir, allow_local_paths))
+        kwargs["offload_folder"] = str(resolve_offload_folder(offload_folder, runs_dir, allow_local_paths))
         if max_memory:
             kwargs["max_memory"] = max_memory
     if device_map is not None:
@@ -493,13 +249,13 @@ def _load_uncached(
                 f"Out of memory while loading {ref}: try 4-bit quantization, a smaller model, or free the "
                 "models loaded in the playground."
             ) from exc
-        raise _hub_error(exc, "model", source.location) from exc
+        raise hub_error(exc, "model", source.location) from exc
 
     adapter_location = str(source.adapter_dir) if source.adapter_dir is not None else None
     if adapter:
         if adapter_location is not None:
             raise ModelLoadError(f"{ref} already carries a LoRA adapter; load its base model to apply another adapter.")
-        adapter_location = _resolve_adapter(adapter, runs_dir, allow_local_paths)
+        adapter_location = resolve_adapter(adapter, runs_dir, allow_local_paths)
     if adapter_location is not None:
         model = _apply_adapter(model, adapter_location)
         if int8_dynamic:
@@ -512,9 +268,9 @@ def _load_uncached(
         model = quantize_int8_dynamic(model)
 
     tok_location = source.location
-    if source.adapter_dir is not None and _has_tokenizer(source.adapter_dir):
+    if source.adapter_dir is not None and has_tokenizer(source.adapter_dir):
         tok_location = str(source.adapter_dir)
-    tokenizer = _tokenizer_from(tok_location, trust_remote_code)
+    tokenizer = tokenizer_from(tok_location, trust_remote_code)
     gen_config = getattr(model, "generation_config", None)
     if gen_config is not None and gen_config.pad_token_id is None:
         gen_config.pad_token_id = tokenizer.pad_token_id
@@ -558,17 +314,6 @@ def _load_uncached(
     return loaded
 
 
-def _offload_folder(folder: Path | None, runs_dir: Path, allow_local_paths: bool) -> Path:
-    """Where device_map="auto" writes weights that fit neither GPU nor RAM: under the runs dir by default (it is
-    the one folder the app may write big files to, and on Colab it can live on Drive)."""
-    path = Path(folder).expanduser() if folder is not None else runs_dir / "_offload"
-    if not (allow_local_paths or is_within(path, runs_dir)):
-        raise ModelLoadError(
-            f"offload_folder {str(path)!r} is outside the runs directory {runs_dir}; weights can only be offloaded there."
-        )
-    return path
-
-
 def _check_bnb() -> None:
     try:
         import bitsandbytes  # noqa: F401
@@ -604,169 +349,4 @@ def _apply_adapter(model: Any, location: str) -> Any:
             raise ModelLoadError(
                 f"The LoRA adapter {location!r} was trained on a different base model (shapes do not match)."
             ) from exc
-        raise _hub_error(exc, "LoRA adapter", location) from exc
-
-
-# --------------------------------------------------------------------------------------------------
-# Cache
-# --------------------------------------------------------------------------------------------------
-
-CacheKey = tuple[Any, ...]
-
-
-@dataclass
-class CacheEntry:
-    key: CacheKey
-    loaded: LoadedModel
-    last_used: float
-
-
-class ModelCache:
-    """Process-wide cache of loaded models, shared by all browser sessions and threads.
-
-    Keeps at most `max_models` models (least recently used is unloaded first). The default of one is
-    deliberate: a small GPU holds one model, and loading a second before freeing the first is the classic
-    playground OOM. Loads run under the lock, so two sessions asking for the same model load it once and
-    two different loads never compete for memory (the eviction happens before the load, so a failed load
-    leaves the cache empty rather than over-full). Unloading drops the cache's reference; the memory is
-    freed once no generation still holds the model.
-    """
-
-    def __init__(self, max_models: int = 1, loader: Callable[..., LoadedModel] | None = None) -> None:
-        if max_models < 1:
-            raise ValueError("max_models must be >= 1")
-        self.max_models = max_models
-        self._loader = loader or _load_uncached
-        self._lock = threading.RLock()
-        self._entries: OrderedDict[CacheKey, CacheEntry] = OrderedDict()
-
-    @staticmethod
-    def key(
-        ref: str,
-        quant: QuantSettings | None = None,
-        *,
-        runs_dir: Path | None = None,
-        trust_remote_code: bool = False,
-        adapter: str | None = None,
-        device: DeviceInfo | None = None,
-        allow_local_paths: bool = False,
-        dtype: torch.dtype | None = None,
-        device_map: str | dict[str, Any] | None = None,
-        allow_cpu_repack: bool = False,
-        offload_folder: Path | None = None,
-        max_memory: dict[int | str, int | str] | None = None,
-    ) -> CacheKey:
-        """The identity of a load request. allow_local_paths is part of it so that a model loaded by a
-        trusted caller is never handed to one that may not name that path."""
-        q = None if quant is None else (quant.mode, quant.quant_type, quant.double_quant, quant.compute_dtype)
-        dm = json.dumps(device_map, sort_keys=True) if isinstance(device_map, dict) else device_map
-        return (
-            ref.strip(),
-            q,
-            str(Path(runs_dir).resolve()) if runs_dir else None,
-            trust_remote_code,
-            adapter,
-            device.kind if device else None,
-            allow_local_paths,
-            str(dtype) if dtype else None,
-            dm,
-            allow_cpu_repack,
-            str(offload_folder) if offload_folder else None,
-            json.dumps({str(k): v for k, v in max_memory.items()}, sort_keys=True) if max_memory else None,
-        )
-
-    def get_or_load(self, ref: str, quant: QuantSettings | None = None, **kwargs: Any) -> LoadedModel:
-        """The cached model for this request, loading it (and evicting the least recently used) if needed."""
-        key = self.key(ref, quant, **kwargs)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                entry.last_used = time.time()
-                self._entries.move_to_end(key)
-                return entry.loaded
-            while len(self._entries) >= self.max_models:
-                oldest = next(iter(self._entries))
-                self._drop(oldest)
-            _free_memory()
-            loaded = self._loader(ref, quant, **_loader_kwargs(kwargs))
-            self._entries[key] = CacheEntry(key, loaded, time.time())
-            return loaded
-
-    def get(self, key: CacheKey) -> LoadedModel | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            return entry.loaded if entry else None
-
-    def unload(self, key_or_ref: CacheKey | str) -> int:
-        """Unload one entry (by key) or every entry loaded from a reference (by ref string); returns how many."""
-        with self._lock:
-            if isinstance(key_or_ref, str):
-                keys = [k for k in self._entries if k[0] == key_or_ref.strip()]
-            else:
-                keys = [key_or_ref] if key_or_ref in self._entries else []
-            for k in keys:
-                self._drop(k)
-            if keys:
-                _free_memory()
-            return len(keys)
-
-    def unload_all(self) -> int:
-        with self._lock:
-            n = len(self._entries)
-            for k in list(self._entries):
-                self._drop(k)
-            _free_memory()
-            return n
-
-    def loaded(self) -> list[dict[str, Any]]:
-        """What is loaded now, most recently used last: ref, where, footprint, quantization, last use."""
-        with self._lock:
-            return [
-                {
-                    "key": e.key,
-                    "ref": e.loaded.ref,
-                    "where": e.loaded.where,
-                    "footprint_gib": round(e.loaded.footprint_gib, 3),
-                    "quant": e.loaded.quant.mode,
-                    "last_used": e.last_used,
-                }
-                for e in self._entries.values()
-            ]
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
-
-    def _drop(self, key: CacheKey) -> None:
-        entry = self._entries.pop(key)
-        log.info("unloading %s", entry.loaded.ref)
-        entry.loaded = None  # type: ignore[assignment]  # drop our reference before collecting
-
-
-def _loader_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    defaults = {
-        "runs_dir": None,
-        "trust_remote_code": False,
-        "adapter": None,
-        "device": None,
-        "allow_local_paths": False,
-        "dtype": None,
-        "device_map": None,
-        "allow_cpu_repack": False,
-        "offload_folder": None,
-        "max_memory": None,
-    }
-    unknown = set(kwargs) - set(defaults)
-    if unknown:
-        raise TypeError(f"unexpected arguments: {sorted(unknown)}")
-    return {**defaults, **kwargs}
-
-
-def _free_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-# The one shared cache of the process (design.md §7: process-wide objects are explicit and locked).
-MODEL_CACHE = ModelCache()
+        raise hub_error(exc, "LoRA adapter", location) from exc

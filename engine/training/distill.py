@@ -190,7 +190,7 @@ def load_teacher(cfg: TrainConfig, runs_dir: Path, dtype: torch.dtype, events: E
         ensure_builtin(cfg.teacher_model.split(":", 1)[1], runs_dir, parent_events=events)
     events.write("phase", phase=f"loading the teacher {cfg.teacher_model}")
     loaded = load_model(cfg.teacher_model, QuantSettings(mode="none", compute_dtype=cfg.precision), runs_dir=runs_dir,
-                        trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=dtype, cache=False)
+                        trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=dtype)
     teacher = loaded.model
     teacher.eval()  # no dropout: the soft targets must be the teacher's actual predictions
     teacher.requires_grad_(False)

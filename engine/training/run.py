@@ -67,7 +67,7 @@ def builtin_pretrain_config(preset: str) -> TrainConfig:
 
 def ensure_builtin(preset: str, runs_dir: Path, parent_events: EventLog | None = None) -> Path:
     """Return the folder of the pretrained built-in preset, pretraining it first if needed."""
-    from ..models.loading import builtin_model_dir
+    from ..models.references import builtin_model_dir
 
     model_dir = builtin_model_dir(preset, runs_dir)
     # Several processes: all ranks pretrain it together (run_training is rank-aware), so they must agree
@@ -123,7 +123,7 @@ def _is_peft(model: Any) -> bool:
 
 def _continue_adapter(model: Any, events: EventLog) -> Any:
     """Train the adapter of a previous LoRA run further (base_model = run:NAME), instead of stacking a second
-    adapter on it: the result is one adapter on the first run's base (engine/models/loading.py resolves it so).
+    adapter on it: the result is one adapter on the first run's base (engine/models/references.py resolves it so).
     The adapter keeps its own shape (rank, alpha, targets): the form's LoRA settings do not apply."""
     n = 0
     for name, param in model.named_parameters():
@@ -164,7 +164,7 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
     # Full fine-tuning (a pretrained distill student too) with fp16 AMP needs fp32 master weights; everything else
     # loads in the compute dtype.
     load_dtype = torch.float32 if (cfg.method in ("full", "distill") and dtype == torch.float16) else dtype
-    return load_model(cfg.base_model, quant, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=load_dtype, cache=False)
+    return load_model(cfg.base_model, quant, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=load_dtype)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from engine.errors import ConfigError  # noqa: E402
 from engine.estimator.handoff import check_ui_model_ref  # noqa: E402
 from engine.export.merge import merge_adapter  # noqa: E402
 from engine.fields import field_specs  # noqa: E402
-from engine.models.loading import MODEL_CACHE, builtin_model_dir  # noqa: E402
+from engine.models.cache import MODEL_CACHE  # noqa: E402
+from engine.models.references import builtin_model_dir  # noqa: E402
 from engine.runs import EventLog  # noqa: E402
 
 GEN = [s.default for s in field_specs(GenerationSettings)]

@@ -25,7 +25,7 @@ from engine.errors import ConfigError, HubError
 from engine.export import hub as hub_push
 from engine.export.hub import model_card, push_run
 from engine.export.merge import merge_adapter
-from engine.models.loading import builtin_model_dir
+from engine.models.references import builtin_model_dir
 from engine.runs import EventLog, read_events, save_config
 
 TOKEN = "hf_TestSecretToken0123456789abcdefXYZ"

@@ -13,7 +13,8 @@ from conftest import CPU, logits, make_adapter_run, tiny_model_dir
 
 from engine.errors import ModelLoadError
 from engine.export.merge import merge_adapter, zip_run
-from engine.models.loading import builtin_model_dir, load_model
+from engine.models.loading import load_model
+from engine.models.references import builtin_model_dir
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,8 @@ from engine.config import QuantSettings
 from engine.errors import EngineError
 from engine.export.merge import merge_adapter
 from engine.export.onnx import OnnxRunner, compare_onnx, export_onnx
-from engine.models.loading import builtin_model_dir, load_model
+from engine.models.loading import load_model
+from engine.models.references import builtin_model_dir
 
 PROMPTS = ["what color is the sky", "where do fish live", "the"]
 

@@ -16,8 +16,10 @@ from engine.errors import ConfigError, ModelLoadError
 from engine.hardware.device import DeviceInfo
 from engine.hardware.placement import describe_placement, summarize_device_map
 from engine.inference.generate import generate_text
+from engine.models.cache import ModelCache
 from engine.models.cpu_quant import footprint_bytes, is_int8_dynamic
-from engine.models.loading import ModelCache, builtin_model_dir, load_model
+from engine.models.loading import load_model
+from engine.models.references import builtin_model_dir, resolve_offload_folder
 
 INT8 = QuantSettings(mode="int8-dynamic")
 T4 = DeviceInfo("cuda", "Tesla T4", 15.0, bf16=False, capability=(7, 5))
@@ -117,7 +119,7 @@ def test_placement_follows_accelerates_device_map(fp32_and_int8):
                   "model.layers.1": "cpu", "model.norm": "disk", "lm_head": "disk"}
     model.hf_device_map = device_map
     try:
-        placed = describe_placement(model)
+        placed = describe_placement(model, is_int8_dynamic=is_int8_dynamic)
     finally:
         del model.hf_device_map
     assert placed["model.layers.0"] == "cuda:0 · fp32"
@@ -133,7 +135,7 @@ def test_device_map_auto_is_a_no_op_on_cpu_and_offloads_only_under_runs(tiny_dir
     loaded = load_model(str(tiny_dir), device=CPU, runs_dir=tiny_dir.parent, allow_local_paths=True, device_map="auto")
     assert getattr(loaded.model, "hf_device_map", None) is None and loaded.where.endswith("on cpu")
     runs = tmp_path / "runs"
-    assert loaders._offload_folder(None, runs, False) == runs / "_offload"
+    assert resolve_offload_folder(None, runs, False) == runs / "_offload"
     with pytest.raises(ModelLoadError, match="outside the runs directory"):
-        loaders._offload_folder(tmp_path / "elsewhere", runs, False)
-    assert loaders._offload_folder(tmp_path / "elsewhere", runs, True) == tmp_path / "elsewhere"
+        resolve_offload_folder(tmp_path / "elsewhere", runs, False)
+    assert resolve_offload_folder(tmp_path / "elsewhere", runs, True) == tmp_path / "elsewhere"

@@ -21,7 +21,9 @@ from conftest import CPU, logits, make_adapter_run
 from engine.config import QuantSettings
 from engine.errors import ConfigError, ModelLoadError
 from engine.hardware.device import DeviceInfo, detect_device, peak_memory_gib, resolve_dtype
-from engine.models.loading import MODEL_CACHE, LoadedModel, ModelCache, _hub_error, builtin_model_dir, load_model, load_tokenizer
+from engine.models.cache import MODEL_CACHE, ModelCache
+from engine.models.loading import LoadedModel, hub_error, load_model, load_tokenizer
+from engine.models.references import builtin_model_dir
 
 
 @pytest.fixture()
@@ -194,7 +196,7 @@ def test_unknown_hub_id_offline_is_a_clear_error(runs, monkeypatch):
 
 
 def test_remote_code_error_explains_the_risk():
-    err = _hub_error(
+    err = hub_error(
         ValueError("... requires you to execute code ... set the option `trust_remote_code=True`"), "model", "x/y"
     )
     assert "Trust remote code" in str(err) and "only if you trust" in str(err)
@@ -230,10 +232,10 @@ def test_cache_returns_the_same_object_and_unload_frees_it(runs):
     assert cache.unload("builtin:compact-mini") == 0
 
 
-def test_load_model_cache_flag_uses_the_shared_cache(runs):
+def test_the_shared_cache_returns_one_model_and_load_model_always_loads(runs):
     try:
-        first = load_model("builtin:compact-mini", runs_dir=runs, device=CPU, cache=True)
-        assert load_model("builtin:compact-mini", runs_dir=runs, device=CPU, cache=True) is first
+        first = MODEL_CACHE.get_or_load("builtin:compact-mini", runs_dir=runs, device=CPU)
+        assert MODEL_CACHE.get_or_load("builtin:compact-mini", runs_dir=runs, device=CPU) is first
         assert load_model("builtin:compact-mini", runs_dir=runs, device=CPU) is not first
     finally:
         assert MODEL_CACHE.unload_all() >= 1

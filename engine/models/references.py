@@ -1,0 +1,233 @@
+"""Model references: which weights a `ref` names, checked against the path policy, without loading anything.
+
+Model references (`ref`):
+
+- ``builtin:NAME``   a built-in compact model, pretrained once into ``<runs>/_builtin/NAME/model``
+- ``run:NAME``       a finished run ``<runs>/NAME``: its ``adapter/`` (peft LoRA, applied on the run's base
+                     model, not merged) or its ``model/`` (full fine-tune / scratch)
+- ``run:NAME/merged`` the 16-bit model saved by merging that run's adapter (``<runs>/NAME/merged``)
+- a local folder     only with ``allow_local_paths=True`` (the CLI) or when it lies inside the runs folder:
+                     on a public link, user input must never name an arbitrary server path
+- a Hub id           ``owner/name`` (or a legacy single name such as ``gpt2``), via ``from_pretrained``
+
+`resolve_model` turns a reference into a `ModelSource` (local folder or Hub id, plus the run's adapter and the
+quantization it trained with); `resolve_adapter` does the same for an adapter reference and
+`resolve_offload_folder` for the folder device_map="auto" offloads to. No torch work here: cheap, and testable
+on its own. engine/models/loading.py loads what these name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import QuantSettings
+from ..errors import EngineError, ModelLoadError
+from ..refs import (
+    BUILTIN_PREFIX,
+    HUB_MODEL_ID_RE,
+    MERGED_SUFFIX,
+    RUN_PREFIX,
+    default_runs_dir,
+    is_valid_run_name,
+    is_within,
+    path_exists,
+    run_ref_dir,
+)
+
+_MAX_REF_DEPTH = 4  # run:A whose base is run:B whose base is ... (guards against a cycle)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where the weights of a reference are: a local folder or a Hub id, and optionally an adapter."""
+
+    location: str  # local folder (absolute) or Hub id
+    is_local: bool
+    description: str
+    adapter_dir: Path | None = None  # peft adapter to apply on top (run:NAME with adapter/)
+    base: ModelSource | None = None  # for adapter runs: the base model's source
+    run_quant: QuantSettings | None = None  # quantization the run trained with (qlora -> 4bit)
+
+
+
+
+def builtin_model_dir(name: str, runs_dir: Path | None = None) -> Path:
+    """Folder of the pretrained built-in compact model NAME: ``<runs>/_builtin/NAME/model``."""
+    if not is_valid_run_name(name):
+        raise ModelLoadError(f"Built-in model name {name!r} is not valid: use letters, digits, '-', '_' and '.'.")
+    return Path(runs_dir or default_runs_dir()) / "_builtin" / name / "model"
+
+
+
+
+
+
+
+
+def read_run_base(run_dir: Path) -> tuple[str | None, QuantSettings | None]:
+    """Base model reference and quantization of a run, from its config.yaml (None when unreadable)."""
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return None, None
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    base = data.get("base_model")
+    quant = None
+    if data.get("method") == "qlora":
+        q = data.get("quant") or {}
+        try:
+            # The weight format follows the run; the compute dtype follows the device it is loaded on now
+            # (a run trained in bf16 on an A100 must still load on a T4).
+            quant = QuantSettings(
+                mode="4bit", quant_type=q.get("quant_type", "nf4"), double_quant=bool(q.get("double_quant", True))
+            )
+        except EngineError:
+            quant = QuantSettings(mode="4bit")
+    return (str(base) if base else None), quant
+
+
+def resolve_model(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int = 0) -> ModelSource:
+    """Where the weights of `ref` are (see the module docstring); ModelLoadError with a message for the user."""
+    if depth > _MAX_REF_DEPTH:
+        raise ModelLoadError(f"Model reference {ref!r} refers to runs that refer to each other too deeply (a cycle?).")
+    ref = (ref or "").strip()
+    if not ref:
+        raise ModelLoadError("No model given: pick a built-in model, a finished run, or type a Hugging Face model id.")
+
+    if ref.startswith(BUILTIN_PREFIX):
+        name = ref[len(BUILTIN_PREFIX) :]
+        folder = builtin_model_dir(name, runs_dir)
+        if not (folder / "config.json").exists():
+            _check_known_preset(name)
+            raise ModelLoadError(
+                f"The built-in model {name} has not been pretrained yet: start a 'scratch' run with base model "
+                f"builtin:{name} (or any fine-tune of it, which pretrains it first), or run "
+                f"`python -m engine prepare-builtin {name}`. It takes a few minutes on a CPU."
+            )
+        return ModelSource(str(folder), True, f"built-in {name}")
+
+    if ref.startswith(RUN_PREFIX):
+        name = ref[len(RUN_PREFIX) :]
+        if name.endswith(MERGED_SUFFIX):  # run:NAME/merged: the 16-bit model made by merging the run's adapter
+            name = name[: -len(MERGED_SUFFIX)]
+            merged = run_ref_dir(name, runs_dir) / "merged"
+            if not (merged / "config.json").exists():
+                raise ModelLoadError(f"Run {name!r} has no merged model yet: merge its adapter first (Fine-tune → Merge adapter).")
+            return ModelSource(str(merged), True, f"run {name} (merged)")
+        run_dir = run_ref_dir(name, runs_dir)
+        if not run_dir.is_dir():
+            raise ModelLoadError(f"There is no run named {name!r} in {runs_dir}.")
+        adapter_dir = run_dir / "adapter"
+        model_dir = run_dir / "model"
+        if (adapter_dir / "adapter_config.json").exists():
+            base_ref, run_quant = read_run_base(run_dir)
+            if not base_ref:
+                base_ref = adapter_base(adapter_dir)
+            if not base_ref:
+                raise ModelLoadError(
+                    f"Run {name!r} has an adapter but neither its config.yaml nor its adapter names a base model."
+                )
+            # The run's config.yaml was validated against the path policy when the run was created, and
+            # an adapter_config written by our trainer names a folder it loaded: trust both here.
+            base = resolve_model(base_ref, runs_dir, True, depth + 1)
+            if base.adapter_dir is not None and base.base is not None:
+                # A LoRA run trained on another LoRA run continued that run's adapter (engine/training/run.py
+                # `_continue_adapter`), so its adapter already holds the first one: both share the first base.
+                base = base.base
+            return ModelSource(
+                base.location,
+                base.is_local,
+                f"run {name} (LoRA adapter on {base.description})",
+                adapter_dir=adapter_dir,
+                base=base,
+                run_quant=run_quant,
+            )
+        if (model_dir / "config.json").exists():
+            return ModelSource(str(model_dir), True, f"run {name}")
+        raise ModelLoadError(
+            f"Run {name!r} has no final model yet (no adapter/ or model/ folder): it is still running, or it was "
+            "stopped or failed before saving. Resume it from the run history, then load it again."
+        )
+
+    path = Path(ref).expanduser()
+    # Anything that exists on disk is a path (from_pretrained would prefer the folder over a Hub id of the
+    # same spelling), and so is anything that looks like one.
+    if path_exists(path) or path.is_absolute() or ref.startswith((".", "~", os.sep)):
+        if not (allow_local_paths or is_within(path, runs_dir)):
+            raise ModelLoadError(
+                f"{ref!r} is a path on the server; only built-in models, runs (run:NAME) and Hugging Face ids can "
+                "be loaded here. Use the command line to load a model from a local folder."
+            )
+        if not path.is_dir():
+            raise ModelLoadError(f"Model folder {ref!r} does not exist.")
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"{ref!r} is not a model folder (no config.json in it).")
+        return ModelSource(str(path.resolve()), True, f"folder {path.resolve()}")
+
+    if not HUB_MODEL_ID_RE.match(ref) or ".." in ref:
+        raise ModelLoadError(
+            f"{ref!r} is not a model reference: use builtin:NAME, run:NAME or a Hugging Face id such as "
+            "'Qwen/Qwen2.5-0.5B-Instruct'."
+        )
+    return ModelSource(ref, False, f"Hugging Face {ref}")
+
+
+def _check_known_preset(name: str) -> None:
+    from .compact import compact_presets
+
+    presets = compact_presets()
+    if name not in presets:
+        raise ModelLoadError(f"Unknown built-in model {name!r}. Built-in models: {', '.join(presets)}.")
+
+
+def adapter_base(adapter_dir: Path) -> str | None:
+    """The base model an adapter folder names in its adapter_config.json (None when unreadable)."""
+    try:
+        data = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    base = data.get("base_model_name_or_path")
+    return str(base) if base else None
+
+
+def resolve_adapter(adapter: str, runs_dir: Path, allow_local_paths: bool) -> str:
+    """An adapter reference: run:NAME (its adapter/), a local adapter folder (policy as for models) or a Hub id."""
+    if adapter.startswith(RUN_PREFIX):
+        run_dir = run_ref_dir(adapter[len(RUN_PREFIX) :], runs_dir)
+        folder = run_dir / "adapter"
+        if not (folder / "adapter_config.json").exists():
+            raise ModelLoadError(
+                f"Run {adapter[len(RUN_PREFIX) :]!r} has no LoRA adapter (no adapter/adapter_config.json)."
+            )
+        return str(folder)
+    path = Path(adapter).expanduser()
+    if path_exists(path) or path.is_absolute() or adapter.startswith((".", "~", os.sep)):
+        if not (allow_local_paths or is_within(path, runs_dir)):
+            raise ModelLoadError(
+                f"{adapter!r} is a path on the server; name an adapter as run:NAME or a Hugging Face id."
+            )
+        if not (path / "adapter_config.json").exists():
+            raise ModelLoadError(f"{adapter!r} is not a LoRA adapter folder (no adapter_config.json).")
+        return str(path.resolve())
+    if not HUB_MODEL_ID_RE.match(adapter) or ".." in adapter:
+        raise ModelLoadError(f"{adapter!r} is not an adapter reference (run:NAME or a Hugging Face id).")
+
+
+def resolve_offload_folder(folder: Path | None, runs_dir: Path, allow_local_paths: bool) -> Path:
+    """Where device_map="auto" writes weights that fit neither GPU nor RAM: under the runs dir by default (it is
+    the one folder the app may write big files to, and on Colab it can live on Drive)."""
+    path = Path(folder).expanduser() if folder is not None else runs_dir / "_offload"
+    if not (allow_local_paths or is_within(path, runs_dir)):
+        raise ModelLoadError(
+            f"offload_folder {str(path)!r} is outside the runs directory {runs_dir}; weights can only be offloaded there."
+        )
+    return path
