@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import os
 import secrets
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -48,8 +47,20 @@ from engine.views.finetune_form import (
     reproduce_command,
     train_config_from_form,
 )
-from engine.views.playground import batch_line, batch_rows, drop_last_turn, evaluation_row, generation_request, model_info, model_label, onnx_rows, stats_line
+from engine.views.playground import (
+    batch_updates,
+    chat_turn,
+    compare_turns,
+    drop_last_turn,
+    evaluation_row,
+    generation_request,
+    model_info,
+    model_label,
+    onnx_export_check,
+    side_extra,
+)
 from engine.views.playground_load import load_for_playground
+from engine.views.run_control import delete_run, merge_finished_run, resume_run, retry_run, stop_run, zip_for_download
 from engine.views.run_view import HISTORY_HEADERS, history_rows, loss_frame, progress_html, run_choices, status_md
 from engine.views.signals import StopSignals
 from engine.views.uploads import keep_upload
@@ -365,56 +376,31 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
 
     @ui_errors
     def on_stop(name, owner_v):
-        if not name:
-            raise gr.Error("No run selected.")
-        jobs.check_control(name, owner_v, "stop")
-        jobs.stop(name, wait=False)
-        gr.Info(f"Asked '{name}' to stop: it saves a checkpoint at the next step, then exits (Resume continues it).")
+        gr.Info(stop_run(jobs, name, owner_v))
 
     @ui_errors
     def on_resume(name, owner_v):
-        if not name:
-            raise gr.Error("Pick a run to resume.")
-        jobs.check_control(name, owner_v, "resume")
-        jobs.resume(name)
-        gr.Info(f"Resuming '{name}' from its last complete checkpoint.")
+        gr.Info(resume_run(jobs, name, owner_v))
         return name
 
     @ui_errors
     def on_retry(name, owner_v):
-        if not name:
-            raise gr.Error("Pick the run that ran out of memory.")
-        jobs.check_control(name, owner_v, "retry")
-        new = jobs.retry_smaller_batch(name, owner=owner_v)
-        gr.Info(f"Started '{new}' with half the micro batch and twice the accumulation (same effective batch).")
+        new, message = retry_run(jobs, name, owner_v)
+        gr.Info(message)
         return new, gr.update(choices=run_choices(jobs), value=new)
 
     @ui_errors
     def on_delete(name, owner_v):
-        if not name:
-            raise gr.Error("Pick a run to delete.")
-        jobs.check_control(name, owner_v, "delete")
-        jobs.delete(name)
+        delete_run(jobs, name, owner_v)
         return None, gr.update(choices=run_choices(jobs), value=None), history_rows(jobs)
 
     @ui_errors
     def on_zip(name):
-        from engine.export.merge import zip_run
-
-        if not name:
-            raise gr.Error("Pick a run to download.")
-        return gr.update(value=str(zip_run(run_path(jobs.runs_dir, name))), visible=True)
+        return gr.update(value=str(zip_for_download(jobs, name)), visible=True)
 
     @ui_errors
     def on_merge(name):
-        from engine.export.merge import merge_adapter
-
-        if not name:
-            raise gr.Error("Pick a finished LoRA/QLoRA run to merge.")
-        if jobs.status(name).state != "finished":
-            raise gr.Error(f"Run '{name}' has not finished; merge needs its final adapter.")
-        out = merge_adapter(run_path(jobs.runs_dir, name), runs_dir=jobs.runs_dir)
-        gr.Info(f"Merged model saved in {out} (base reloaded unquantized, adapter merged, safetensors).")
+        gr.Info(merge_finished_run(jobs, name))
 
     return SimpleNamespace(on_poll=on_poll, on_stop=on_stop, on_resume=on_resume, on_retry=on_retry, on_delete=on_delete, on_zip=on_zip, on_merge=on_merge)
 
@@ -585,21 +571,14 @@ def chat_handlers(jobs: JobManager, allow_local_models: bool, gen_names: list[st
 
     @ui_errors_gen
     def on_send(request: gr.Request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, *gen_vals):
-        from engine.inference.generate import stream_generate
-
         settings, extra = split_gen_values(gen_names, gen_vals)
         if not (prompt_v or "").strip():
             raise gr.Error("Type a prompt first.")
         loaded = load(model_ref, quant_mode, extra)
-        history = list(history or [])
-        request_msgs = generation_request(mode_v, system_v, history, prompt_v)
-        history = history + [{"role": "user", "content": prompt_v}, {"role": "assistant", "content": ""}]
         stop_ev = signals.fresh(request.session_hash or "")
         info = model_info(loaded)
-        yield history, "", "generating…", info
-        for upd in stream_generate(loaded, request_msgs, settings, chat=mode_v == "chat", stop_event=stop_ev):
-            history[-1]["content"] = upd.text
-            yield history, "", stats_line(upd), info
+        for turn, stats in chat_turn(loaded, mode_v, system_v, list(history or []), prompt_v, settings, stop_ev):
+            yield turn, "", stats, info
 
     def on_regenerate(history):
         if (turn := drop_last_turn(history)) is None:
@@ -608,8 +587,6 @@ def chat_handlers(jobs: JobManager, allow_local_models: bool, gen_names: list[st
 
     @ui_errors_gen
     def on_compare(request: gr.Request, ref_a, ref_b, quant_mode, mode_v, system_v, prompt_v, *gen_vals):
-        from engine.inference.generate import stream_generate
-
         settings, extra = split_gen_values(gen_names, gen_vals)
         if not (prompt_v or "").strip():
             raise gr.Error("Type a prompt first.")
@@ -617,17 +594,8 @@ def chat_handlers(jobs: JobManager, allow_local_models: bool, gen_names: list[st
             settings = dataclasses.replace(settings, seed=1234)  # same seed on both sides, or sampling is not comparable
         request_msgs = generation_request(mode_v, system_v, [], prompt_v)
         stop_ev = signals.fresh(request.session_hash or "")
-        texts, lines = ["", ""], ["", ""]
-        for side, ref in enumerate((ref_a, ref_b)):
-            if stop_ev.is_set():
-                break
-            lines[side] = f"loading {ref}…"
-            yield texts[0], lines[0], texts[1], lines[1]
-            # the adapter goes on model A only: base + adapter vs base, for example
-            loaded = load(ref, quant_mode, extra if side == 0 else (NO_ADAPTER, *extra[1:]))
-            for upd in stream_generate(loaded, request_msgs, settings, chat=mode_v == "chat", stop_event=stop_ev):
-                texts[side], lines[side] = upd.text, stats_line(upd)
-                yield texts[0], lines[0], texts[1], lines[1]
+        yield from compare_turns(lambda side, ref: load(ref, quant_mode, side_extra(extra, side)), (ref_a, ref_b), request_msgs, settings,
+                                 chat=mode_v == "chat", stop_event=stop_ev)
 
     def on_preset(name, *gen_vals):
         from engine.inference.generate import apply_preset
@@ -642,33 +610,38 @@ def chat_handlers(jobs: JobManager, allow_local_models: bool, gen_names: list[st
 
 
 def batch_eval_handlers(jobs: JobManager, allow_local_models: bool, gen_names: list[str], signals: StopSignals) -> SimpleNamespace:
-    """Handlers of the Batch and Evaluate tabs; their inputs end with the (adapter, placement, GPU budget)."""
+    """Handlers of the Batch, Evaluate and Export tabs; their inputs end with the (adapter, placement, GPU budget)."""
     load = functools.partial(load_for_playground, jobs, allow_local_models=allow_local_models)
 
     @ui_errors_gen
     def on_batch(request: gr.Request, ref_v, quant_mode, mode_v, text_v, file_v, micro, *gen_vals):
-        from engine.inference.batch import batch_generate, parse_prompts, write_csv
+        from engine.inference.batch import parse_prompts
 
         prompts = parse_prompts(text_v or None, file_v)
-        loaded = load(ref_v, quant_mode, tuple(gen_vals[len(gen_names):]))  # the settings are read after the load, as the others do
+        loaded = load(ref_v, quant_mode, tuple(gen_vals[len(gen_names):]))  # the settings are read after the load, as before
         stop_ev = signals.fresh(request.session_hash or "")
-        for prog in batch_generate(loaded, prompts, split_gen_values(gen_names, gen_vals)[0], chat=mode_v == "chat", micro_batch=int(micro), stop_event=stop_ev):
-            if prog.finished or prog.stopped:
-                out = jobs.runs_dir / "_exports" / f"batch-{int(time.time())}.csv"
-                write_csv(prog.rows, out)
-                yield batch_line(prog), batch_rows(prog), gr.update(value=str(out), visible=True)
-            else:
-                yield batch_line(prog), batch_rows(prog), gr.skip()
+        for line, rows, csv in batch_updates(loaded, prompts, split_gen_values(gen_names, gen_vals)[0], chat=mode_v == "chat", micro_batch=int(micro),
+                                             stop_event=stop_ev, exports_dir=jobs.runs_dir / "_exports"):
+            yield line, rows, gr.update(value=str(csv), visible=True) if csv else gr.skip()
 
     @ui_errors
     def on_eval(kind, ref_a, ref_b, quant_mode, both, text_v, data_v, window, stride, *extra):
-        out = []
-        for side, ref in enumerate([ref_a] + ([ref_b] if both else [])):
-            side_extra = extra if side == 0 else (NO_ADAPTER, *extra[1:])  # the adapter goes on model A only
-            out.append(evaluation_row(kind, load(ref, quant_mode, side_extra), model_label(ref, side_extra), text_v, data_v, window, stride))
-        return out
+        sides = enumerate([ref_a] + ([ref_b] if both else []))
+        return [evaluation_row(kind, load(ref, quant_mode, side_extra(extra, side)), model_label(ref, side_extra(extra, side)), text_v, data_v, window, stride)
+                for side, ref in sides]
 
-    return SimpleNamespace(on_batch=on_batch, on_eval=on_eval)
+    @ui_errors
+    def on_onnx(ref_v, prompts_v):
+        from engine.models.loading import MODEL_CACHE
+
+        ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
+        loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir, allow_local_paths=allow_local_models)
+        if getattr(loaded, "adapter", None):
+            raise gr.Error("This run is a LoRA adapter: merge it first (Fine-tune → Merge adapter), then export the merged model.")
+        rows, path = onnx_export_check(loaded, ref, prompts_v, jobs.runs_dir)
+        return rows, gr.update(value=str(path), visible=True)
+
+    return SimpleNamespace(on_batch=on_batch, on_eval=on_eval, on_onnx=on_onnx)
 
 
 def model_list_updates(jobs: JobManager) -> tuple:
@@ -699,18 +672,6 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
     signals = StopSignals()
     h, be = chat_handlers(jobs, allow_local_models, list(s.gen), signals), batch_eval_handlers(jobs, allow_local_models, list(s.gen), signals)
 
-    @ui_errors
-    def on_onnx(ref_v, prompts_v):
-        from engine.export.onnx import compare_onnx, export_onnx
-
-        ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
-        loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir, allow_local_paths=allow_local_models)
-        if getattr(loaded, "adapter", None):
-            raise gr.Error("This run is a LoRA adapter: merge it first (Fine-tune → Merge adapter), then export the merged model.")
-        path = export_onnx(loaded, jobs.runs_dir / "_exports" / f"onnx-{ref.replace(':', '-').replace('/', '-')}", runs_dir=jobs.runs_dir)
-        prompts = [p for p in (prompts_v or "").splitlines() if p.strip()] or ["Hello"]
-        return onnx_rows(compare_onnx(loaded, path, prompts, no_cache_baseline=True)), gr.update(value=str(path), visible=True)
-
     send_inputs = [s.model, s.quant, s.mode, s.system, c.prompt, c.chat, *gen, *s.load_extra]
     chat_outputs = [c.chat, c.prompt, c.stats, s.model_info]
     c.send.click(h.on_send, send_inputs, chat_outputs, api_name="generate", concurrency_limit=1, concurrency_id="gpu")
@@ -725,7 +686,7 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
     s.refresh.click(lambda: model_list_updates(jobs), None, [s.model, cmp.model_b, s.adapter], queue=False)
     s.unload.click(lambda: f"Unloaded {MODEL_CACHE.unload_all()} model(s).", None, [s.model_info], api_name="unload_models")
     s.preset.input(h.on_preset, [s.preset, *gen], gen, queue=False)
-    x.btn.click(on_onnx, [s.model, x.prompts], x.outputs, api_name="export_onnx", concurrency_limit=1, concurrency_id="gpu")
+    x.btn.click(be.on_onnx, [s.model, x.prompts], x.outputs, api_name="export_onnx", concurrency_limit=1, concurrency_id="gpu")
     b.btn.click(be.on_batch, [s.model, s.quant, s.mode, b.text, b.file, b.size, *gen, *s.load_extra], b.outputs,
                 api_name="batch_generate", concurrency_limit=1, concurrency_id="gpu")
     b.stop.click(h.on_stop, None, None, queue=False)

@@ -1,10 +1,16 @@
-"""The Playground panel's text and tables: the request sent to the model (chat or completion), the stats line under a
-generation, the loaded model's line, regenerate's last turn, and the rows of the Batch, Evaluate and Export tabs."""
+"""The Playground panel without its widgets: the request sent to the model (chat or completion), a chat turn and a
+comparison as they stream, with the stats line under each; the loaded model's line, regenerate's last turn, and the
+rows of the Batch, Evaluate and Export tabs."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+from engine.config import GenerationSettings
 from engine.views.choices import NO_ADAPTER
 
 
@@ -13,6 +19,42 @@ def generation_request(mode: str, system: str, history: list[dict[str, Any]], pr
     if mode == "chat":
         return ([{"role": "system", "content": system}] if system.strip() else []) + history + [{"role": "user", "content": prompt}]
     return prompt
+
+
+def chat_turn(loaded: Any, mode: str, system: str, history: list[dict[str, Any]], prompt: str, settings: GenerationSettings,
+              stop_event: threading.Event) -> Iterator[tuple[list[dict[str, Any]], str]]:
+    """(conversation, stats line) as the answer to `prompt` streams: first with an empty answer and "generating…"."""
+    from engine.inference.generate import stream_generate
+
+    request = generation_request(mode, system, history, prompt)
+    history = history + [{"role": "user", "content": prompt}, {"role": "assistant", "content": ""}]
+    yield history, "generating…"
+    for upd in stream_generate(loaded, request, settings, chat=mode == "chat", stop_event=stop_event):
+        history[-1]["content"] = upd.text
+        yield history, stats_line(upd)
+
+
+def side_extra(extra: tuple, side: int) -> tuple:
+    """The (adapter, placement, GPU budget) for model A (side 0) or B: the adapter goes on model A only (base + adapter vs base)."""
+    return extra if side == 0 else (NO_ADAPTER, *extra[1:])
+
+
+def compare_turns(load_side: Callable[[int, str], Any], refs: tuple[str, str], request: Any, settings: GenerationSettings, *, chat: bool,
+                  stop_event: threading.Event) -> Iterator[tuple[str, str, str, str]]:
+    """(text A, stats A, text B, stats B) as the two models answer one after the other (loaded by load_side(side, ref)
+    in turn, so only one has to fit in memory)."""
+    from engine.inference.generate import stream_generate
+
+    texts, lines = ["", ""], ["", ""]
+    for side, ref in enumerate(refs):
+        if stop_event.is_set():
+            break
+        lines[side] = f"loading {ref}…"
+        yield texts[0], lines[0], texts[1], lines[1]
+        loaded = load_side(side, ref)
+        for upd in stream_generate(loaded, request, settings, chat=chat, stop_event=stop_event):
+            texts[side], lines[side] = upd.text, stats_line(upd)
+            yield texts[0], lines[0], texts[1], lines[1]
 
 
 def stats_line(upd: Any) -> str:
@@ -46,6 +88,19 @@ def drop_last_turn(history: list[dict[str, Any]] | None) -> tuple[list[dict[str,
     return history, text
 
 
+def batch_updates(loaded: Any, prompts: list[str], settings: GenerationSettings, *, chat: bool, micro_batch: int, stop_event: threading.Event,
+                  exports_dir: Path) -> Iterator[tuple[str, list[list[Any]], Path | None]]:
+    """(progress line, table rows, CSV file) as a batch generates; the CSV is written in exports_dir once it is over."""
+    from engine.inference.batch import batch_generate, write_csv
+
+    for prog in batch_generate(loaded, prompts, settings, chat=chat, micro_batch=micro_batch, stop_event=stop_event):
+        out = None
+        if prog.finished or prog.stopped:
+            out = exports_dir / f"batch-{int(time.time())}.csv"
+            write_csv(prog.rows, out)
+        yield batch_line(prog), batch_rows(prog), out
+
+
 def batch_rows(prog: Any) -> list[list[Any]]:
     """The Batch tab's table: #, prompt, output, tokens, seconds."""
     return [[r.index + 1, r.prompt, r.output, r.tokens, round(r.seconds, 2)] for r in prog.rows]
@@ -77,6 +132,12 @@ def evaluation_row(kind: str, loaded: Any, label: str, text: str | None, dataset
     return [label, "date-task accuracy", round(score.accuracy, 3), score.summary()]
 
 
-def onnx_rows(result: dict[str, Any]) -> list[list[Any]]:
-    """The ONNX-versus-PyTorch checks as (check, value) rows, scalars only."""
-    return [[k, v if not isinstance(v, float) else round(v, 6)] for k, v in result.items() if not isinstance(v, (list, dict))]
+def onnx_export_check(loaded: Any, ref: str, prompts_text: str | None, runs_dir: Path) -> tuple[list[list[Any]], Path]:
+    """Export the model to ONNX in the exports folder and compare it with PyTorch on the prompts (one a line; "Hello" if
+    none): the (check, value) rows, scalars only, and the model.onnx path."""
+    from engine.export.onnx import compare_onnx, export_onnx
+
+    path = export_onnx(loaded, runs_dir / "_exports" / f"onnx-{ref.replace(':', '-').replace('/', '-')}", runs_dir=runs_dir)
+    prompts = [p for p in (prompts_text or "").splitlines() if p.strip()] or ["Hello"]
+    result = compare_onnx(loaded, path, prompts, no_cache_baseline=True)
+    return [[k, v if not isinstance(v, float) else round(v, 6)] for k, v in result.items() if not isinstance(v, (list, dict))], path
