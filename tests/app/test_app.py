@@ -14,9 +14,9 @@ from conftest import running_app
 gr = pytest.importorskip("gradio")
 from gradio_client import Client, handle_file  # noqa: E402
 
-import app  # noqa: E402
 from engine.config import GenerationSettings, MemoryQuery, TrainConfig  # noqa: E402
 from engine.fields import field_specs  # noqa: E402
+from engine.views.finetune_form import FT_DATA, FT_DEFAULTS, FT_LORA, FT_MAIN, FT_RUN, FT_TRAIN  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +27,12 @@ def client(runs_dir):
 
 def _defaults(cls, names, overrides=None):
     specs = {s.name: s.default for s in field_specs(cls)}
-    values = {**specs, **app.FT_DEFAULTS, **(overrides or {})} if cls is TrainConfig else {**specs, **(overrides or {})}
+    values = {**specs, **FT_DEFAULTS, **(overrides or {})} if cls is TrainConfig else {**specs, **(overrides or {})}
     # the fine-tune form ends with the eval-file upload (None = none)
     return [values[n] for n in names] + ([None] if cls is TrainConfig else [])
 
 
-FT_NAMES = app.FT_MAIN + app.FT_TRAIN + app.FT_LORA + app.FT_RUN + app.FT_DATA
+FT_NAMES = FT_MAIN + FT_TRAIN + FT_LORA + FT_RUN + FT_DATA
 EST_NAMES = [s.name for s in field_specs(MemoryQuery) if s.name != "model"]
 GEN_NAMES = [s.name for s in field_specs(GenerationSettings)]
 

@@ -22,6 +22,8 @@ from engine.fields import field_specs  # noqa: E402
 from engine.models.cache import MODEL_CACHE  # noqa: E402
 from engine.models.references import builtin_model_dir  # noqa: E402
 from engine.runs import EventLog  # noqa: E402
+from engine.training.jobs import JobManager  # noqa: E402
+from engine.views.choices import NO_ADAPTER, adapter_choices, playground_models  # noqa: E402
 
 GEN = [s.default for s in field_specs(GenerationSettings)]
 GEN_NAMES = [s.name for s in field_specs(GenerationSettings)]
@@ -54,11 +56,11 @@ def _answer(client, model: str, *extra) -> tuple[str, str]:
 
 
 def test_model_lists_offer_merged_models_and_run_adapters(runs):
-    jobs = app.JobManager(runs)
-    models = app._playground_models(jobs)
+    jobs = JobManager(runs)
+    models = playground_models(jobs)
     assert "run:lora-a" in models and "run:lora-a/merged" in models
     assert any("/" in m and not m.startswith(("run:", "builtin:")) for m in models)  # the catalog's Hub ids
-    assert app._adapter_choices(jobs) == [app.NO_ADAPTER, "run:lora-a"]
+    assert adapter_choices(jobs) == [NO_ADAPTER, "run:lora-a"]
 
 
 def test_adapter_on_a_base_equals_the_run_and_its_merged_model(client):
@@ -73,7 +75,7 @@ def test_adapter_on_a_base_equals_the_run_and_its_merged_model(client):
 
 
 def test_auto_placement_loads_and_says_where_things_live(client):
-    text, info = _answer(client, "builtin:compact-mini", app.NO_ADAPTER, "auto (offload to CPU/disk)", 4)
+    text, info = _answer(client, "builtin:compact-mini", NO_ADAPTER, "auto (offload to CPU/disk)", 4)
     assert text and "cpu" in info.lower()
 
 

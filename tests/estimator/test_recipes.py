@@ -105,10 +105,10 @@ def client(runs_dir):
 
 
 def _form(overrides=None):
-    import app
+    from engine.views.finetune_form import FT_DATA, FT_DEFAULTS, FT_LORA, FT_MAIN, FT_RUN, FT_TRAIN
 
-    names = app.FT_MAIN + app.FT_TRAIN + app.FT_LORA + app.FT_RUN + app.FT_DATA
-    values = {**{s.name: s.default for s in field_specs(TrainConfig)}, **app.FT_DEFAULTS, **(overrides or {})}
+    names = FT_MAIN + FT_TRAIN + FT_LORA + FT_RUN + FT_DATA
+    values = {**{s.name: s.default for s in field_specs(TrainConfig)}, **FT_DEFAULTS, **(overrides or {})}
     return names, [values[n] for n in names] + [None]  # the eval-file upload comes last
 
 

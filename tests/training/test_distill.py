@@ -202,13 +202,14 @@ def test_app_form_predicts_shows_and_previews_distill(runs_dir):
 
     import app
     from engine.fields import field_specs
+    from engine.views.finetune_form import FT_DATA, FT_DEFAULTS, FT_LORA, FT_MAIN, FT_RUN, FT_TRAIN
 
-    names = app.FT_MAIN + app.FT_TRAIN + app.FT_LORA + app.FT_RUN + app.FT_DATA  # the order of the form's inputs
+    names = FT_MAIN + FT_TRAIN + FT_LORA + FT_RUN + FT_DATA  # the order of the form's inputs
     assert {"teacher_model", "distill_temperature", "distill_alpha"} <= set(names)
     specs = {s.name: s.default for s in field_specs(TrainConfig)}
 
     def values(**over):
-        v = {**specs, **app.FT_DEFAULTS, **over}
+        v = {**specs, **FT_DEFAULTS, **over}
         return [None] + [v[n] for n in names] + [None]  # dataset upload first, eval upload last
 
     demo = app.build_app(runs_dir)

@@ -1,0 +1,46 @@
+"""The choice lists of the page's dropdowns: models to fine-tune from, models and adapters for the playground, model
+placements, and the built-in datasets offered for evaluation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.training.jobs import JobManager
+
+NO_ADAPTER = "(none)"
+PLACEMENTS = {"one device": None, "auto (offload to CPU/disk)": "auto"}  # label -> device_map for engine.models.loading.load_model
+# The built-in datasets in the order the Evaluate tab lists them (engine/data/records.py describes their contents).
+BUILTIN_DATASETS = {
+    "builtin:dates": "Date conversion to ISO (scored task: accuracy before/after is reported)",
+    "builtin:instructions": "Instructions PT/EN about LLMs on small hardware",
+    "builtin:corpus": "Text corpus PT/EN (for training from scratch)",
+}
+
+
+def train_model_choices(jobs: JobManager) -> list[str]:
+    """Suggestions for the base and teacher models: every built-in preset (pretrained on first use), finished runs (to
+    continue from) and their merged models, then the catalog's Hub ids."""
+    from engine.models.compact import compact_presets
+
+    known = playground_models(jobs)
+    return [f"builtin:{p}" for p in compact_presets()] + [m for m in known if not m.startswith("builtin:")]
+
+
+def playground_models(jobs: JobManager) -> list[str]:
+    """Built-in models, finished runs, their merged models, then the catalog's Hub ids (downloaded when online)."""
+    from engine.estimator.catalog import catalog
+    from engine.models.compact import compact_presets
+    from engine.models.references import builtin_model_dir
+
+    out = [f"builtin:{p}" for p in compact_presets() if (builtin_model_dir(p, jobs.runs_dir) / "config.json").exists()]
+    for s in jobs.finished_runs():
+        out.append(f"run:{s.name}")
+        if (jobs.runs_dir / s.name / "merged" / "config.json").exists():
+            out.append(f"run:{s.name}/merged")
+    return out + [m.hf_id for m in catalog() if m.hf_id]
+
+
+def adapter_choices(jobs: JobManager) -> list[str]:
+    """NO_ADAPTER, then every finished run that saved a LoRA adapter."""
+    return [NO_ADAPTER] + [f"run:{s.name}" for s in jobs.finished_runs() if (jobs.runs_dir / s.name / "adapter" / "adapter_config.json").exists()]

@@ -1,0 +1,143 @@
+"""The Playground panel without its widgets: the request sent to the model (chat or completion), a chat turn and a
+comparison as they stream, with the stats line under each; the loaded model's line, regenerate's last turn, and the
+rows of the Batch, Evaluate and Export tabs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.config import GenerationSettings
+from engine.views.choices import NO_ADAPTER
+
+
+def generation_request(mode: str, system: str, history: list[dict[str, Any]], prompt: str) -> Any:
+    """Chat messages (system prompt, the conversation so far, the new prompt) in chat mode; the raw prompt in completion mode."""
+    if mode == "chat":
+        return ([{"role": "system", "content": system}] if system.strip() else []) + history + [{"role": "user", "content": prompt}]
+    return prompt
+
+
+def chat_turn(loaded: Any, mode: str, system: str, history: list[dict[str, Any]], prompt: str, settings: GenerationSettings,
+              stop_event: threading.Event) -> Iterator[tuple[list[dict[str, Any]], str]]:
+    """(conversation, stats line) as the answer to `prompt` streams: first with an empty answer and "generating…"."""
+    from engine.inference.generate import stream_generate
+
+    request = generation_request(mode, system, history, prompt)
+    history = history + [{"role": "user", "content": prompt}, {"role": "assistant", "content": ""}]
+    yield history, "generating…"
+    for upd in stream_generate(loaded, request, settings, chat=mode == "chat", stop_event=stop_event):
+        history[-1]["content"] = upd.text
+        yield history, stats_line(upd)
+
+
+def side_extra(extra: tuple, side: int) -> tuple:
+    """The (adapter, placement, GPU budget) for model A (side 0) or B: the adapter goes on model A only (base + adapter vs base)."""
+    return extra if side == 0 else (NO_ADAPTER, *extra[1:])
+
+
+def compare_turns(load_side: Callable[[int, str], Any], refs: tuple[str, str], request: Any, settings: GenerationSettings, *, chat: bool,
+                  stop_event: threading.Event) -> Iterator[tuple[str, str, str, str]]:
+    """(text A, stats A, text B, stats B) as the two models answer one after the other (loaded by load_side(side, ref)
+    in turn, so only one has to fit in memory)."""
+    from engine.inference.generate import stream_generate
+
+    texts, lines = ["", ""], ["", ""]
+    for side, ref in enumerate(refs):
+        if stop_event.is_set():
+            break
+        lines[side] = f"loading {ref}…"
+        yield texts[0], lines[0], texts[1], lines[1]
+        loaded = load_side(side, ref)
+        for upd in stream_generate(loaded, request, settings, chat=chat, stop_event=stop_event):
+            texts[side], lines[side] = upd.text, stats_line(upd)
+            yield texts[0], lines[0], texts[1], lines[1]
+
+
+def stats_line(upd: Any) -> str:
+    """Tokens, speed, time to first token (and at the end: peak memory, why it ended, notes) of a streamed generation."""
+    if upd.ttft is None:
+        return "generating…"
+    info = f"{upd.n_tokens} tokens · {upd.tokens_per_s:.1f} tokens/s · first token {upd.ttft:.2f}s"
+    if upd.done and upd.peak_gib:
+        info += f" · peak {upd.peak_gib:.2f} GiB"
+    if upd.done and upd.finish_reason:
+        info += f" · ended by {upd.finish_reason}"
+    if upd.notes:
+        info += " · " + "; ".join(upd.notes)
+    return info
+
+
+def model_info(loaded: Any) -> str:
+    """What is loaded, how long it took, its footprint and where it lives."""
+    return f"**{loaded.ref}** · loaded in {loaded.load_seconds:.1f}s · {loaded.footprint_gib:.3f} GiB · {loaded.where}"
+
+
+def drop_last_turn(history: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]], str] | None:
+    """For Regenerate: the conversation without its last answer and last prompt, and that prompt's text (None: nothing to regenerate)."""
+    history = list(history or [])
+    while history and history[-1]["role"] == "assistant":
+        history.pop()
+    if not history:
+        return None
+    last = history.pop()
+    text = last["content"] if isinstance(last["content"], str) else " ".join(p.get("text", "") for p in last["content"] if isinstance(p, dict))
+    return history, text
+
+
+def batch_updates(loaded: Any, prompts: list[str], settings: GenerationSettings, *, chat: bool, micro_batch: int, stop_event: threading.Event,
+                  exports_dir: Path) -> Iterator[tuple[str, list[list[Any]], Path | None]]:
+    """(progress line, table rows, CSV file) as a batch generates; the CSV is written in exports_dir once it is over."""
+    from engine.inference.batch import batch_generate, write_csv
+
+    for prog in batch_generate(loaded, prompts, settings, chat=chat, micro_batch=micro_batch, stop_event=stop_event):
+        out = None
+        if prog.finished or prog.stopped:
+            out = exports_dir / f"batch-{int(time.time())}.csv"
+            write_csv(prog.rows, out)
+        yield batch_line(prog), batch_rows(prog), out
+
+
+def batch_rows(prog: Any) -> list[list[Any]]:
+    """The Batch tab's table: #, prompt, output, tokens, seconds."""
+    return [[r.index + 1, r.prompt, r.output, r.tokens, round(r.seconds, 2)] for r in prog.rows]
+
+
+def batch_line(prog: Any) -> str:
+    """Progress of a batch generation, ending with 'stopped' or 'done' once it is over."""
+    line = f"{prog.done}/{prog.total} prompts · micro batch {prog.micro_batch} · {prog.elapsed:.1f}s" + ("".join(f" · {n}" for n in prog.notes))
+    if prog.finished or prog.stopped:
+        line += " · stopped" if prog.stopped else " · done"
+    return line
+
+
+def model_label(ref: str, extra: tuple) -> str:
+    """The model's name in the Evaluate table, with its adapter when one is applied (extra: adapter, placement, budget)."""
+    return f"{ref} + adapter {extra[0]}" if extra and extra[0] not in (None, "", NO_ADAPTER) else ref
+
+
+def evaluation_row(kind: str, loaded: Any, label: str, text: str | None, dataset: str, window: float, stride: float) -> list[Any]:
+    """One row of the Evaluate table: perplexity ('ppl': of the text, or of the dataset when the text is empty) or the
+    date task's accuracy ('acc')."""
+    from engine.inference.evaluate import dataset_perplexity, perplexity, task_accuracy
+
+    if kind == "ppl":
+        kw = {"window": int(window) or None, "stride": int(stride) or None}
+        res = perplexity(loaded, [text], **kw) if (text or "").strip() else dataset_perplexity(loaded, dataset, **kw)
+        return [label, "perplexity", round(res.ppl, 3), res.summary()]
+    score = task_accuracy(loaded)
+    return [label, "date-task accuracy", round(score.accuracy, 3), score.summary()]
+
+
+def onnx_export_check(loaded: Any, ref: str, prompts_text: str | None, runs_dir: Path) -> tuple[list[list[Any]], Path]:
+    """Export the model to ONNX in the exports folder and compare it with PyTorch on the prompts (one a line; "Hello" if
+    none): the (check, value) rows, scalars only, and the model.onnx path."""
+    from engine.export.onnx import compare_onnx, export_onnx
+
+    path = export_onnx(loaded, runs_dir / "_exports" / f"onnx-{ref.replace(':', '-').replace('/', '-')}", runs_dir=runs_dir)
+    prompts = [p for p in (prompts_text or "").splitlines() if p.strip()] or ["Hello"]
+    result = compare_onnx(loaded, path, prompts, no_cache_baseline=True)
+    return [[k, v if not isinstance(v, float) else round(v, 6)] for k, v in result.items() if not isinstance(v, (list, dict))], path

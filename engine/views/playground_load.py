@@ -1,0 +1,43 @@
+"""Loading a model for the Playground: a checked reference, an optional adapter, a placement (one device or
+accelerate's auto offload with a GPU budget), and a refusal when a running training run leaves no room for it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from engine.config import MemoryQuery, QuantSettings
+from engine.errors import EngineError
+from engine.estimator import memory
+from engine.estimator.handoff import check_ui_model_ref
+from engine.views.choices import NO_ADAPTER, PLACEMENTS
+
+if TYPE_CHECKING:
+    from engine.training.jobs import JobManager
+
+
+def load_for_playground(jobs: JobManager, ref_v: str, quant_mode: str, extra: tuple = (), *, allow_local_models: bool = False) -> Any:
+    """The cached model for (reference, quantization) plus the optional (adapter, placement, GPU budget)."""
+    from engine.hardware.coexist import check_room_to_generate, cuda_free_gib
+    from engine.models.cache import MODEL_CACHE
+
+    ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
+    adapter_v, placement_v, budget = (tuple(extra) + (NO_ADAPTER, "one device", 0))[:3]
+    adapter_ref = None if adapter_v in (None, "", NO_ADAPTER) else check_ui_model_ref(adapter_v, jobs.runs_dir)
+    device_map, max_memory = PLACEMENTS.get(placement_v, None), None
+    if device_map == "auto" and budget and float(budget) > 0:
+        from engine.hardware.device import ram_gib
+
+        # accelerate only uses the devices named here: give the CPU the machine's RAM less a margin for the app
+        max_memory = {0: f"{float(budget):g}GiB", "cpu": f"{max(1.0, ram_gib() - 2):.0f}GiB"}
+    active, free = jobs.active(), cuda_free_gib()
+    if active and free is not None and not any(e["ref"] == ref for e in MODEL_CACHE.loaded()):
+        try:
+            weights = memory.estimate(MemoryQuery(model=ref, task="inference", weight_precision={"4bit": "nf4", "8bit": "int8"}.get(quant_mode, "auto"),
+                                                  batch=1, seq_len=16, new_tokens=0)).breakdown_gib.get("weights", 0.0)
+        except EngineError:
+            weights = 0.0  # unknown to the estimator (run:NAME): let the load itself decide
+        check_room_to_generate(weights, training_run=active, free_gib=free)
+    # The playground never trains (training loads its own copy in a subprocess), so the faster packed
+    # bitsandbytes CPU layout is safe here (engine/models/bnb_safety.py explains the hazard it poses to training).
+    return MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True, adapter=adapter_ref,
+                                   device_map=device_map, max_memory=max_memory, allow_local_paths=allow_local_models)

@@ -1,0 +1,75 @@
+"""How a training run looks on the Fine-tune panel: the status text, the progress bar, the loss plot's frame, and the
+run history table and run picker."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from engine.runs import RunSummary
+    from engine.training.jobs import JobManager
+
+HISTORY_HEADERS = ["run", "state", "method", "base", "data", "steps", "best eval loss", "task acc", "seconds", "memory pred/meas GiB", "resumable"]
+STATE_ICONS = {"running": "🟢", "finished": "✅", "stopped": "⏸", "failed": "❌", "killed": "⚠", "created": "…"}
+
+
+def run_choices(jobs: JobManager) -> list[str]:
+    """Every run's name, for the run picker."""
+    return [s.name for s in jobs.list_runs()]
+
+
+def history_rows(jobs: JobManager) -> list[list[Any]]:
+    """One row per run, in the columns of HISTORY_HEADERS."""
+    rows = []
+    for s in jobs.list_runs():
+        mem = f"{s.predicted_gib:.2f} / {s.measured_gib:.2f}" if s.predicted_gib and s.measured_gib else (f"- / {s.measured_gib:.2f}" if s.measured_gib else "")
+        score = " → ".join(f"{v:.0%}" for v in s.task_scores.values()) if s.task_scores else ""
+        rows.append([s.name, s.state, s.method, s.base_model, s.dataset, f"{s.step}/{s.max_steps}",
+                     None if s.best_eval_loss is None else round(s.best_eval_loss, 4), score,
+                     None if s.duration_s is None else round(s.duration_s), mem, "yes" if s.resumable else ""])
+    return rows
+
+
+def status_md(s: RunSummary) -> str:
+    """The run's state, step, loss, memory (predicted / measured), task scores and what to do next, as Markdown."""
+    lines = [f"### {STATE_ICONS.get(s.state, '')} {s.name}: {s.state}" + (f" — {s.phase}" if s.state == "running" and s.phase else "")]
+    if s.max_steps:
+        lines.append(f"step **{s.step} / {s.max_steps}**" + (f" · loss **{s.last_loss:.4f}**" if s.last_loss is not None else ""))
+    if s.predicted_gib or s.measured_gib:
+        measured = "process RSS peak on CPU" if s.device == "cpu" else "torch max allocated"
+        lines.append(f"memory: predicted **{s.predicted_gib or 0:.2f} GiB** / measured **{s.measured_gib or 0:.2f} GiB** ({measured})")
+    if s.task_scores:
+        lines.append("date task accuracy: " + " → ".join(f"{k} **{v:.0%}**" for k, v in s.task_scores.items()))
+    if s.state == "finished":
+        lines.append(f"Saved **{s.output}/** in `{s.path}` — choose `run:{s.name}` in the Playground.")
+    if s.state == "failed" and s.error:
+        lines.append(f"**Error:** {s.error}")
+        if s.error_kind == "oom":
+            lines.append("Click **Retry after OOM** to rerun with half the micro batch and twice the accumulation (same effective batch).")
+    if s.resumable:
+        lines.append("This run can be resumed from its last checkpoint (Resume).")
+    return "\n\n".join(lines)
+
+
+def progress_html(s: RunSummary, last: dict | None) -> str:
+    """A progress bar with tokens/s and ETA from the last progress event (the built-in base's pretraining first, if running)."""
+    step, total, label = s.step, s.max_steps, ""
+    if s.state == "running" and s.base_progress and not s.max_steps:  # still pretraining the built-in base
+        step, total, label = s.base_progress.get("step", 0), s.base_progress.get("max_steps", 0), "pretraining the built-in base · "
+        last = s.base_progress
+    pct = 100.0 if s.state == "finished" else (100.0 * step / total if total else 0.0)
+    extra = ""
+    if last and s.state == "running":
+        eta = last.get("eta_s")
+        extra = f" · {last.get('tokens_per_s') or 0:.0f} tokens/s" + (f" · ETA {int(eta // 60)}m{int(eta % 60):02d}s" if eta is not None else "")
+    return (f"<div style='width:100%;background:#eee;border-radius:6px'><div style='width:{pct:.1f}%;background:#4f8ef7;height:14px;"
+            f"border-radius:6px'></div></div><small>{label}{pct:.0f}%{extra}</small>")
+
+
+def loss_frame(losses: list[dict[str, Any]]) -> pd.DataFrame:
+    """The loss curve (train and eval) as the line plot reads it."""
+    df = pd.DataFrame(losses, columns=["step", "loss", "kind"])
+    # numeric axes; the colour column as plain Python objects (pandas 3's inferred StringDtype is not plotted)
+    return df.astype({"step": "int64", "loss": "float64", "kind": object})

@@ -1,0 +1,45 @@
+"""Dropdown choices without gradio: built-in models only once pretrained, finished runs and their merged models,
+adapters from runs that saved one, then the catalog's Hub ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from engine.models.compact import compact_presets
+from engine.models.references import builtin_model_dir
+from engine.views.choices import BUILTIN_DATASETS, NO_ADAPTER, PLACEMENTS, adapter_choices, playground_models, train_model_choices
+
+
+def _touch(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")
+
+
+def _jobs(runs: Path, *finished: str) -> SimpleNamespace:
+    return SimpleNamespace(runs_dir=runs, finished_runs=lambda: [SimpleNamespace(name=n) for n in finished])
+
+
+def test_playground_lists_pretrained_builtins_runs_merged_models_then_the_catalog(tmp_path):
+    _touch(builtin_model_dir("compact-mini", tmp_path) / "config.json")
+    _touch(tmp_path / "full-run" / "merged" / "config.json")
+    models = playground_models(_jobs(tmp_path, "lora-run", "full-run"))
+    assert models[:4] == ["builtin:compact-mini", "run:lora-run", "run:full-run", "run:full-run/merged"]
+    assert len(models) > 4 and all("/" in m or not m.startswith(("run:", "builtin:")) for m in models[4:])
+
+
+def test_training_suggests_every_builtin_preset_even_before_pretraining(tmp_path):
+    choices = train_model_choices(_jobs(tmp_path, "a"))
+    builtins = [f"builtin:{p}" for p in compact_presets()]
+    assert choices[: len(builtins)] == builtins and choices[len(builtins)] == "run:a"
+
+
+def test_adapters_come_from_finished_runs_that_saved_one(tmp_path):
+    _touch(tmp_path / "lora-a" / "adapter" / "adapter_config.json")
+    assert adapter_choices(_jobs(tmp_path, "lora-a", "full-b")) == [NO_ADAPTER, "run:lora-a"]
+    assert adapter_choices(_jobs(tmp_path)) == [NO_ADAPTER]
+
+
+def test_placements_and_builtin_datasets():
+    assert PLACEMENTS == {"one device": None, "auto (offload to CPU/disk)": "auto"}
+    assert list(BUILTIN_DATASETS) == ["builtin:dates", "builtin:instructions", "builtin:corpus"]  # the Evaluate tab's order

@@ -1,0 +1,34 @@
+"""The estimator panel's results without gradio, and the fine-tune values it hands over."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import MemoryQuery
+from engine.errors import EngineError
+from engine.views.estimate_view import estimate_outputs, finetune_values
+
+
+def test_estimate_outputs_for_a_builtin_model():
+    q = MemoryQuery(model="builtin:compact-mini", task="full", batch=2, grad_accum=3)
+    md, chart, rows, tiers, limits, fit = estimate_outputs(q, "t4-16gb")
+    assert "GiB allocated by PyTorch" in md and "effective batch 6" in md
+    assert set(chart.columns) == {"job", "term", "GiB"} and (chart["GiB"] > 0).all() and set(chart["job"]) == {"full"}
+    assert any("weights" in str(r[0]).lower() for r in rows)
+    assert all(r[2] in ("fits", "tight", "does not fit", "?") for r in tiers)
+    assert limits.startswith("On **t4-16gb**: largest batch that fits") and isinstance(fit, list)
+
+
+def test_an_unknown_card_is_a_limits_message_and_an_unknown_model_raises():
+    _, _, _, _, limits, fit = estimate_outputs(MemoryQuery(model="builtin:compact-mini"), "no-such-card")
+    assert limits.startswith("⚠") and fit == []
+    with pytest.raises(EngineError):
+        estimate_outputs(MemoryQuery(model="no-such/model-xyz"), "t4-16gb")
+
+
+def test_finetune_values_without_and_with_a_suggestion():
+    q = MemoryQuery(model="builtin:compact-mini", task="lora", batch=4, seq_len=128)
+    values, rank = finetune_values(q, "t4-16gb", None)
+    assert rank is None and values["micro_batch_size"] == 4 and values["max_seq_len"] == 128
+    values, rank = finetune_values(q, "t4-16gb", 999)  # no such suggestion: the query as it is
+    assert rank is None and values["micro_batch_size"] == 4

@@ -1,0 +1,53 @@
+"""The fine-tune form without its widgets: sections, the config its values make, the prediction and the command."""
+
+from __future__ import annotations
+
+from engine.config import TrainConfig
+from engine.fields import field_specs
+from engine.views.finetune_form import (
+    DISTILL_ONLY,
+    FT_DATA,
+    FT_DEFAULTS,
+    FT_LORA,
+    FT_MAIN,
+    FT_RUN,
+    FT_TRAIN,
+    memory_prediction,
+    reproduce_command,
+    train_config_from_form,
+)
+
+NAMES = FT_MAIN + FT_TRAIN + FT_LORA + FT_RUN + FT_DATA
+
+
+def _values(**over):
+    return {**{s.name: s.default for s in field_specs(TrainConfig)}, **FT_DEFAULTS, **over}
+
+
+def test_sections_cover_each_field_once():
+    assert len(NAMES) == len(set(NAMES)) and set(NAMES) <= {s.name for s in field_specs(TrainConfig)}
+    assert set(DISTILL_ONLY) <= set(NAMES) and set(FT_DEFAULTS) <= set(NAMES)
+
+
+def test_config_from_form_sets_the_quantization_from_the_method_and_keeps_uploads(tmp_path):
+    runs, uploads = tmp_path / "runs", tmp_path / "runs" / "_uploads"
+    uploads.mkdir(parents=True)
+    kw = {"upload_dir": uploads, "runs_dir": runs}
+    assert train_config_from_form(_values(), None, None, **kw).quant.mode == "none"
+    assert train_config_from_form(_values(**{"method": "qlora", "quant.mode": "none"}), None, None, **kw).quant.mode == "4bit"
+    assert train_config_from_form(_values(**{"method": "lora", "quant.mode": "8bit"}), None, None, **kw).quant.mode == "8bit"
+    assert train_config_from_form(_values(**{"method": "full", "quant.mode": "8bit"}), None, None, **kw).quant.mode == "none"
+    data = tmp_path / "mine.jsonl"
+    data.write_text('{"text": "hello"}\n')
+    cfg = train_config_from_form(_values(), str(data), str(data), **kw)
+    assert cfg.dataset.startswith(str(uploads)) and cfg.eval_dataset == cfg.dataset
+
+
+def test_prediction_and_reproduce_command(tmp_path):
+    cfg = train_config_from_form(_values(), None, None, upload_dir=tmp_path, runs_dir=tmp_path)
+    text, verdict = memory_prediction(cfg)
+    assert text.startswith("Effective batch **16** (micro batch 16 × accumulation 1).") and verdict in ("fits", "tight", "no")
+    text, verdict = memory_prediction(TrainConfig(base_model="run:earlier"))
+    assert verdict is None and "shown once the run starts" in text
+    cmd = reproduce_command(cfg)
+    assert cmd.startswith("# save as run.yaml, then:\n#   python -m engine train --config run.yaml\n") and "builtin:compact-mini" in cmd

@@ -1,0 +1,100 @@
+"""The playground's text without gradio: requests, a chat turn and a comparison as they stream, the stats line,
+regenerate, the batch line and the evaluation labels."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from engine.config import GenerationSettings
+from engine.views.choices import NO_ADAPTER
+from engine.views.playground import (
+    batch_line,
+    chat_turn,
+    compare_turns,
+    drop_last_turn,
+    generation_request,
+    model_label,
+    side_extra,
+    stats_line,
+)
+
+
+def _upd(**kw):
+    return SimpleNamespace(**{"text": "", "ttft": 0.5, "n_tokens": 3, "tokens_per_s": 12.34, "done": False, "peak_gib": None, "finish_reason": None,
+                              "notes": [], **kw})
+
+
+def test_stats_line():
+    assert stats_line(_upd(ttft=None)) == "generating…"
+    assert stats_line(_upd()) == "3 tokens · 12.3 tokens/s · first token 0.50s"
+    done = stats_line(_upd(done=True, peak_gib=1.234, finish_reason="eos", notes=["a", "b"]))
+    assert done.endswith(" · peak 1.23 GiB · ended by eos · a; b")
+
+
+def test_request_in_chat_and_completion_modes():
+    past = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    assert generation_request("chat", "  ", past, "next") == past + [{"role": "user", "content": "next"}]
+    assert generation_request("chat", "be brief", [], "q")[0] == {"role": "system", "content": "be brief"}
+    assert generation_request("completion", "ignored", past, "raw text") == "raw text"
+
+
+def test_regenerate_drops_the_last_answer_and_returns_its_prompt():
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+               {"role": "user", "content": [{"type": "text", "text": "multi"}, {"type": "text", "text": "part"}]}, {"role": "assistant", "content": "x"}]
+    rest, text = drop_last_turn(history)
+    assert rest == history[:2] and text == "multi part"
+    assert drop_last_turn([]) is None and drop_last_turn(None) is None and drop_last_turn([{"role": "assistant", "content": "x"}]) is None
+
+
+def test_chat_turn_streams_the_answer_into_the_conversation(monkeypatch):
+    import engine.inference.generate as generate
+
+    seen = {}
+
+    def fake_stream(loaded, request, settings, *, chat, stop_event):
+        seen.update(request=request, chat=chat)
+        yield _upd(text="Hel", ttft=None)
+        yield _upd(text="Hello", done=True)
+
+    monkeypatch.setattr(generate, "stream_generate", fake_stream)
+    # the same conversation list is updated in place as the answer grows (gradio sends it at each yield): copy it as it comes
+    turns = [copy.deepcopy(t) for t in chat_turn(object(), "chat", "", [], "hi", GenerationSettings(), threading.Event())]
+    assert turns[0] == ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}], "generating…")
+    assert turns[-1][0][-1]["content"] == "Hello" and turns[-1][1].startswith("3 tokens")
+    assert seen == {"request": [{"role": "user", "content": "hi"}], "chat": True}
+
+
+def test_compare_loads_one_side_after_the_other_and_stops(monkeypatch):
+    import engine.inference.generate as generate
+
+    monkeypatch.setattr(generate, "stream_generate", lambda loaded, *a, **k: iter([_upd(text=f"answer of {loaded}")]))
+    loads = []
+
+    def load_side(side, ref):
+        loads.append((side, ref))
+        return ref
+
+    out = list(compare_turns(load_side, ("A", "B"), "p", GenerationSettings(), chat=False, stop_event=threading.Event()))
+    assert loads == [(0, "A"), (1, "B")]
+    assert out[0] == ("", "loading A…", "", "") and out[-1][0] == "answer of A" and out[-1][2] == "answer of B"
+    stopped = threading.Event()
+    stopped.set()
+    assert list(compare_turns(load_side, ("A", "B"), "p", GenerationSettings(), chat=False, stop_event=stopped)) == []
+
+
+@pytest.mark.parametrize(("finished", "stopped", "end"), [(False, False, "0.5s"), (True, False, " · done"), (False, True, " · stopped")])
+def test_batch_line(finished, stopped, end):
+    prog = SimpleNamespace(done=2, total=4, micro_batch=2, elapsed=0.5, notes=["halved after OOM"], finished=finished, stopped=stopped)
+    line = batch_line(prog)
+    assert line.startswith("2/4 prompts · micro batch 2 · 0.5s · halved after OOM") and line.endswith(end if end != "0.5s" else "OOM")
+
+
+def test_the_adapter_goes_on_model_a_only():
+    extra = ("run:lora-a", "one device", 0)
+    assert side_extra(extra, 0) == extra and side_extra(extra, 1) == (NO_ADAPTER, "one device", 0)
+    assert model_label("builtin:compact-mini", extra) == "builtin:compact-mini + adapter run:lora-a"
+    assert model_label("m", side_extra(extra, 1)) == "m" and model_label("m", ()) == "m"

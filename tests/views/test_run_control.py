@@ -1,0 +1,67 @@
+"""The run buttons without gradio: a message when no run is picked, the owner check before acting, and the text shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from engine.errors import EngineError, JobError
+from engine.views.run_control import delete_run, merge_finished_run, resume_run, retry_run, stop_run, zip_for_download
+
+
+class FakeJobs:
+    def __init__(self, allowed: bool = True) -> None:
+        self.runs_dir, self.allowed, self.calls = Path("/runs"), allowed, []
+
+    def check_control(self, name, owner, action):
+        self.calls.append(("check", name, owner, action))
+        if not self.allowed:
+            raise JobError(f"Only the browser that started '{name}' can {action} it.")
+
+    def stop(self, name, wait=True):
+        self.calls.append(("stop", name, wait))
+
+    def resume(self, name):
+        self.calls.append(("resume", name))
+
+    def retry_smaller_batch(self, name, owner=None):
+        return f"{name}-retry"
+
+    def delete(self, name):
+        self.calls.append(("delete", name))
+
+    def status(self, name):
+        return SimpleNamespace(state="running")
+
+
+@pytest.mark.parametrize(("action", "message"), [(stop_run, "No run selected."), (resume_run, "Pick a run to resume."),
+                                                 (retry_run, "Pick the run that ran out of memory."), (delete_run, "Pick a run to delete.")])
+def test_no_run_picked_is_a_message(action, message):
+    with pytest.raises(EngineError, match=message):
+        action(FakeJobs(), None, "key")
+
+
+def test_actions_check_the_owner_first_and_say_what_happened():
+    jobs = FakeJobs()
+    assert stop_run(jobs, "r", "key").startswith("Asked 'r' to stop")
+    assert jobs.calls == [("check", "r", "key", "stop"), ("stop", "r", False)]
+    assert resume_run(jobs, "r", "key") == "Resuming 'r' from its last complete checkpoint."
+    new, text = retry_run(jobs, "r", "key")
+    assert new == "r-retry" and text.startswith("Started 'r-retry' with half the micro batch")
+    delete_run(jobs, "r", "key")
+    assert jobs.calls[-1] == ("delete", "r")
+    refused = FakeJobs(allowed=False)
+    with pytest.raises(JobError, match="Only the browser"):
+        stop_run(refused, "r", "other")
+    assert refused.calls == [("check", "r", "other", "stop")]
+
+
+def test_download_and_merge_need_a_run_and_merge_a_finished_one():
+    with pytest.raises(EngineError, match="Pick a run to download."):
+        zip_for_download(FakeJobs(), "")
+    with pytest.raises(EngineError, match="Pick a finished LoRA/QLoRA run to merge."):
+        merge_finished_run(FakeJobs(), None)
+    with pytest.raises(EngineError, match="Run 'r' has not finished; merge needs its final adapter."):
+        merge_finished_run(FakeJobs(), "r")

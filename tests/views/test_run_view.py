@@ -1,0 +1,55 @@
+"""The run view without gradio: run picker and history rows, status text, progress bar HTML, loss frame."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from engine.runs import RunSummary
+from engine.views.run_view import HISTORY_HEADERS, history_rows, loss_frame, progress_html, run_choices, status_md
+
+
+def _run(**kw) -> RunSummary:
+    return RunSummary(**{"name": "r1", "path": Path("/runs/r1"), "state": "running", **kw})
+
+
+def _jobs(*runs: RunSummary) -> SimpleNamespace:
+    return SimpleNamespace(list_runs=lambda: list(runs))
+
+
+def test_history_rows_match_the_headers_and_format_memory_scores_and_durations():
+    done = _run(name="done", state="finished", method="lora", base_model="builtin:compact-mini", dataset="builtin:dates", step=10, max_steps=10,
+                best_eval_loss=1.234567, duration_s=61.6, predicted_gib=1.5, measured_gib=1.25, task_scores={"before": 0.0, "after": 0.75}, resumable=True)
+    fresh = _run(name="fresh", state="created", measured_gib=0.5)
+    jobs = _jobs(done, fresh)
+    rows = history_rows(jobs)
+    assert all(len(r) == len(HISTORY_HEADERS) for r in rows)
+    assert rows[0] == ["done", "finished", "lora", "builtin:compact-mini", "builtin:dates", "10/10", 1.2346, "0% → 75%", 62, "1.50 / 1.25", "yes"]
+    assert rows[1][5:] == ["0/0", None, "", None, "- / 0.50", ""]
+    assert run_choices(jobs) == ["done", "fresh"]
+
+
+def test_status_text_for_running_finished_and_failed_runs():
+    running = status_md(_run(phase="training", step=3, max_steps=10, last_loss=2.5, predicted_gib=1.0, measured_gib=0.8, device="cpu"))
+    assert running.startswith("### 🟢 r1: running — training")
+    assert "step **3 / 10** · loss **2.5000**" in running and "(process RSS peak on CPU)" in running
+    finished = status_md(_run(state="finished", output="adapter", task_scores={"before": 0.1, "after": 0.9}))
+    assert "date task accuracy: before **10%** → after **90%**" in finished and "choose `run:r1` in the Playground" in finished
+    failed = status_md(_run(state="failed", error="CUDA out of memory", error_kind="oom", resumable=True, device="cuda", measured_gib=3.0))
+    assert "**Error:** CUDA out of memory" in failed and "Retry after OOM" in failed and "(Resume)" in failed and "torch max allocated" in failed
+
+
+def test_progress_bar_shows_speed_eta_and_the_base_pretraining_first():
+    html = progress_html(_run(step=5, max_steps=20), {"tokens_per_s": 123.4, "eta_s": 125})
+    assert "width:25.0%" in html and "25% · 123 tokens/s · ETA 2m05s" in html
+    assert "width:100.0%" in progress_html(_run(state="finished", step=3, max_steps=20), None)
+    base = progress_html(_run(base_progress={"step": 1, "max_steps": 4, "tokens_per_s": 10}), None)
+    assert "pretraining the built-in base · 25%" in base and "ETA" not in base
+    assert "0%" in progress_html(_run(state="created"), None)
+
+
+def test_loss_frame_has_numeric_axes_and_an_object_colour_column():
+    df = loss_frame([{"step": 1, "loss": 2.0, "kind": "train"}, {"step": 2, "loss": 1.5, "kind": "eval"}])
+    assert list(df.columns) == ["step", "loss", "kind"]
+    assert str(df["step"].dtype) == "int64" and str(df["loss"].dtype) == "float64" and df["kind"].dtype == object
+    assert loss_frame([]).empty
