@@ -91,8 +91,9 @@ def prepare_models(args: argparse.Namespace, tmp: Path) -> dict[str, tuple[Path,
     models = {"compact-course": (build_random("compact-course", tmp / "course"), "random weights")}
     mini = builtin_model_dir("compact-mini", args.runs)
     if not (mini / "config.json").exists() and args.pretrain_mini:
-        from engine.training.run import ensure_builtin
-        ensure_builtin("compact-mini", args.runs)
+        from engine.training.builtin import ensure_builtin
+        from engine.training.run import run_training
+        ensure_builtin("compact-mini", args.runs, pretrain=run_training)
     found = (mini / "config.json").exists()
     models["compact-mini"] = ((mini, "pretrained built-in") if found else
                               (build_random("compact-mini", tmp / "mini"), "random weights (no pretrained built-in found)"))

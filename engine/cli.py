@@ -166,10 +166,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_prepare_builtin(args: argparse.Namespace) -> int:
     from .runs import default_runs_dir
-    from .training.run import ensure_builtin
+    from .training.builtin import ensure_builtin
+    from .training.run import run_training
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    path = ensure_builtin(args.preset, default_runs_dir())
+    path = ensure_builtin(args.preset, default_runs_dir(), pretrain=run_training)
     print(f"built-in model ready: {path}")
     return 0
 
