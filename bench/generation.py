@@ -110,7 +110,7 @@ def load(folder: Path, quant: str = "none", **kwargs: Any) -> Any:
 
 def eos_ids(loaded: Any) -> list[int]:
     """The ids stream_generate stops on (tokenizer/model eos + end-of-turn markers), for the plain baseline."""
-    from engine.inference.generate import END_OF_TURN_TOKENS
+    from engine.inference.decoding import END_OF_TURN_TOKENS
 
     ids = {loaded.tokenizer.eos_token_id}
     cfg_eos = loaded.model.generation_config.eos_token_id
