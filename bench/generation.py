@@ -91,8 +91,9 @@ def prepare_models(args: argparse.Namespace, tmp: Path) -> dict[str, tuple[Path,
     models = {"compact-course": (build_random("compact-course", tmp / "course"), "random weights")}
     mini = builtin_model_dir("compact-mini", args.runs)
     if not (mini / "config.json").exists() and args.pretrain_mini:
-        from engine.training.run import ensure_builtin
-        ensure_builtin("compact-mini", args.runs)
+        from engine.training.builtin import ensure_builtin
+        from engine.training.run import run_training
+        ensure_builtin("compact-mini", args.runs, pretrain=run_training)
     found = (mini / "config.json").exists()
     models["compact-mini"] = ((mini, "pretrained built-in") if found else
                               (build_random("compact-mini", tmp / "mini"), "random weights (no pretrained built-in found)"))
@@ -109,7 +110,7 @@ def load(folder: Path, quant: str = "none", **kwargs: Any) -> Any:
 
 def eos_ids(loaded: Any) -> list[int]:
     """The ids stream_generate stops on (tokenizer/model eos + end-of-turn markers), for the plain baseline."""
-    from engine.inference.generate import END_OF_TURN_TOKENS
+    from engine.inference.decoding import END_OF_TURN_TOKENS
 
     ids = {loaded.tokenizer.eos_token_id}
     cfg_eos = loaded.model.generation_config.eos_token_id

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.config import MemoryQuery  # noqa: E402
 from engine.estimator.catalog import hardware_tiers  # noqa: E402
-from engine.estimator.memory import GIB, _estimate_by_key, _fragmentation, _key, estimate  # noqa: E402
+from engine.estimator.memory import GIB, estimate, estimate_by_key, fragmentation, query_key  # noqa: E402
 
 DEFAULT_CSV = ROOT.parent / "shared" / "memory" / "calibration.csv"
 
@@ -198,9 +198,9 @@ def category(query: dict[str, Any]) -> str:
 
 def ours(query: MemoryQuery, metric: str) -> float:
     """Our number on the row's metric, in GiB."""
-    parts, *_ = _estimate_by_key(_key(query))
+    parts, *_ = estimate_by_key(query_key(query))
     alloc = sum(parts.values()) / GIB
-    frag = _fragmentation(parts) / GIB
+    frag = fragmentation(parts) / GIB
     est = estimate(query)
     if metric == "alloc":
         return alloc
@@ -491,14 +491,14 @@ def _act_bytes(q: MemoryQuery, arch: Any) -> float:
     """Activations kept at the end of the forward pass for this architecture (no loss terms)."""
     from engine.estimator import memory
 
-    p = memory._plan(q, arch)
+    p = memory.precision_plan(q, arch)
     mods = arch.lora_modules(q.lora_targets)[0] if p.task == "lora" else []
-    a_tok, a_seq = memory._layer_activations(arch, q, p, mods)
+    a_tok, a_seq = memory.layer_activations(arch, q, p, mods)
     per_layer = (a_tok + a_seq * q.seq_len) * q.batch * q.seq_len
     if q.grad_ckpt:
         per_layer = p.residual * arch.hidden * q.batch * q.seq_len
-    stored = p.master if p.task == "full" else memory._BYTES.get(p.storage, p.c)
-    if p.autocast and p.storage not in memory._QUANT and stored != p.c:
+    stored = p.master if p.task == "full" else memory.FLOAT_BYTES.get(p.storage, p.c)
+    if p.autocast and p.storage not in memory.QUANT_DTYPES and stored != p.c:
         per_layer += p.c * arch.params_layer_linear / arch.n_layers  # autocast's 16-bit weight copies (traced as activations)
     return arch.n_layers * per_layer
 

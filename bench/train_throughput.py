@@ -242,11 +242,12 @@ def _prepare(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "lr": args.lr, "threads": args.threads}
     if args.model == "builtin:compact-mini":
         from engine.refs import default_runs_dir
-        from engine.training.run import ensure_builtin
+        from engine.training.builtin import ensure_builtin
+        from engine.training.run import run_training
 
         runs = Path(args.runs) if args.runs else default_runs_dir()
         print(f"built-in compact-mini from {runs} (pretrained there first if missing)", flush=True)
-        spec["path"] = str(ensure_builtin("compact-mini", runs))
+        spec["path"] = str(ensure_builtin("compact-mini", runs, pretrain=run_training))
     elif args.model == "tiny-llama":
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM

@@ -134,11 +134,11 @@ def _record_launched_pid(run_dir: Path) -> None:
     and can stop it (STOP file) or kill its process group."""
     from .hardware import distributed
     from .runs import atomic_write_text
-    from .training.jobs import _proc_start_time, run_is_alive
+    from .training.jobs import proc_start_time, run_is_alive
 
     if distributed.is_distributed() and distributed.is_main_process() and not run_is_alive(run_dir):
         pid = os.getpid()
-        atomic_write_text(run_dir / "pid", f"{pid} {_proc_start_time(pid) or ''}\n")
+        atomic_write_text(run_dir / "pid", f"{pid} {proc_start_time(pid) or ''}\n")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -168,10 +168,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_prepare_builtin(args: argparse.Namespace) -> int:
     from .refs import default_runs_dir
-    from .training.run import ensure_builtin
+    from .training.builtin import ensure_builtin
+    from .training.run import run_training
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    path = ensure_builtin(args.preset, default_runs_dir())
+    path = ensure_builtin(args.preset, default_runs_dir(), pretrain=run_training)
     print(f"built-in model ready: {path}")
     return 0
 

@@ -32,7 +32,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def runs_dir(tmp_path_factory) -> Path:
     """A runs directory with the built-in compact-mini 'pretrained' for a few steps (fast, real code path)."""
-    from engine.training.run import builtin_pretrain_config, run_training
+    from engine.training.builtin import builtin_pretrain_config
+    from engine.training.run import run_training
 
     runs = tmp_path_factory.mktemp("runs")
     cfg = dataclasses.replace(builtin_pretrain_config("compact-mini"), max_steps=4, micro_batch_size=4, max_seq_len=64, save_steps=100, logging_steps=1)

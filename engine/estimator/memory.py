@@ -139,12 +139,14 @@ class Suggestion:
 # Precision plan: which dtype every kind of tensor has for this query
 # --------------------------------------------------------------------------------------------------
 
-_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-_QUANT = ("int8", "nf4", "fp4")
+FLOAT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}  # bytes per element of the float storage dtypes
+QUANT_DTYPES = ("int8", "nf4", "fp4")  # bitsandbytes storage: linear weights quantized, the rest in 16 bits
 
 
 @dataclass(frozen=True)
-class _Plan:
+class PrecisionPlan:
+    """The dtype (in bytes) of every kind of tensor of one query."""
+
     training: bool
     task: str  # inference | full | lora (lora covers QLoRA: adapters on a quantized base)
     storage: str  # fp32 | fp16 | bf16 | int8 | nf4 | fp4
@@ -159,17 +161,18 @@ class _Plan:
     notes: tuple[str, ...]
 
 
-def _plan(q: MemoryQuery, arch: Arch) -> _Plan:
+def precision_plan(q: MemoryQuery, arch: Arch) -> PrecisionPlan:
+    """Which dtype every kind of tensor has for this query, with a note wherever a requested precision was adjusted."""
     notes: list[str] = []
     training = q.task != "inference"
     tp = q.training_precision
     wp = q.weight_precision
     task = q.task
-    if task == "full" and wp in _QUANT:
+    if task == "full" and wp in QUANT_DTYPES:
         master = "bf16" if tp == "pure-bf16" else "fp32"
         notes.append(f"Full fine-tuning cannot update {wp} weights; estimated with {master} master weights.")
         wp = "auto"
-    if task == "qlora" and wp not in ("auto", *_QUANT):
+    if task == "qlora" and wp not in ("auto", *QUANT_DTYPES):
         notes.append(f"QLoRA with {wp} weights is plain LoRA; estimated as LoRA on {wp} weights.")
     if wp == "auto":
         if task == "qlora":
@@ -183,10 +186,10 @@ def _plan(q: MemoryQuery, arch: Arch) -> _Plan:
     if training and tp == "pure-bf16" and wp in ("fp32", "fp16"):
         notes.append("pure-bf16 keeps every tensor in bf16; weights counted as bf16.")
         wp = "bf16"
-    quant = wp in _QUANT
+    quant = wp in QUANT_DTYPES
     if not training:
         c = 4 if wp == "fp32" else 2
-        return _Plan(False, "inference", wp, c, False, c, 2, c, c, 4, c, tuple(notes))
+        return PrecisionPlan(False, "inference", wp, c, False, c, 2, c, c, 4, c, tuple(notes))
     task = "full" if task == "full" else "lora"
     autocast = tp in ("amp-fp16", "amp-bf16")
     if quant:
@@ -196,7 +199,7 @@ def _plan(q: MemoryQuery, arch: Arch) -> _Plan:
         nonquant = 2 if tp == "pure-bf16" else 4
         residual = nonquant
     else:
-        wb = _BYTES[wp]
+        wb = FLOAT_BYTES[wp]
         c = 2 if (autocast or wb == 2) else 4
         nonquant = wb
         residual = wb
@@ -206,8 +209,8 @@ def _plan(q: MemoryQuery, arch: Arch) -> _Plan:
         norm_out = max(residual, nonquant)
     inter = norm_out if quant else c
     adapter = 2 if tp == "pure-bf16" else 4  # peft upcasts adapters to fp32 (autocast_adapter_dtype=True)
-    master = _BYTES.get(wp, 4)
-    return _Plan(True, task, wp, c, autocast, residual, nonquant, norm_out, inter, adapter, master, tuple(notes))
+    master = FLOAT_BYTES.get(wp, 4)
+    return PrecisionPlan(True, task, wp, c, autocast, residual, nonquant, norm_out, inter, adapter, master, tuple(notes))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -215,7 +218,7 @@ def _plan(q: MemoryQuery, arch: Arch) -> _Plan:
 # --------------------------------------------------------------------------------------------------
 
 
-def _weight_bytes(arch: Arch, p: _Plan, double_quant: bool) -> tuple[float, float]:
+def _weight_bytes(arch: Arch, p: PrecisionPlan, double_quant: bool) -> tuple[float, float]:
     """(weights, quantization constants) in bytes."""
     lin = arch.params_layer_linear
     rest = arch.params_total - lin
@@ -226,11 +229,11 @@ def _weight_bytes(arch: Arch, p: _Plan, double_quant: bool) -> tuple[float, floa
     if p.storage == "int8":
         rows = sum(s.d_out for s in arch.linears) * arch.n_layers
         return lin * 1.0 + rest * p.nonquant, rows * 4.0  # LLM.int8: int8 weights + one fp32 scale per output row
-    wb = p.master if p.task == "full" else _BYTES[p.storage]
+    wb = p.master if p.task == "full" else FLOAT_BYTES[p.storage]
     return arch.params_total * wb, 0.0
 
 
-def _lora(arch: Arch, q: MemoryQuery, p: _Plan) -> tuple[list[LinearSpec], bool, int]:
+def _lora(arch: Arch, q: MemoryQuery, p: PrecisionPlan) -> tuple[list[LinearSpec], bool, int]:
     if p.task != "lora":
         return [], False, 0
     mods, head = arch.lora_modules(q.lora_targets)
@@ -240,7 +243,7 @@ def _lora(arch: Arch, q: MemoryQuery, p: _Plan) -> tuple[list[LinearSpec], bool,
     return mods, head, n
 
 
-def _group_input_bytes(group: list[LinearSpec], t_in: int, p: _Plan) -> float:
+def _group_input_bytes(group: list[LinearSpec], t_in: int, p: PrecisionPlan) -> float:
     """Bytes per token one group of linear layers sharing an input keeps when its weights need the input."""
     if not group:
         return 0.0
@@ -248,11 +251,11 @@ def _group_input_bytes(group: list[LinearSpec], t_in: int, p: _Plan) -> float:
     return casts * p.c * group[0].d_in
 
 
-def _layer_activations(arch: Arch, q: MemoryQuery, p: _Plan, lora_mods: list[LinearSpec]) -> tuple[float, float]:
+def layer_activations(arch: Arch, q: MemoryQuery, p: PrecisionPlan, lora_mods: list[LinearSpec]) -> tuple[float, float]:
     """Bytes one decoder layer keeps for backward per token: (independent of seq, per token per token of seq)."""
     h, c = arch.hidden, p.c
     full = p.task == "full"
-    kappa = 1.0 if full else CAL["frozen_input_saved"] + (CAL["quantized_input_saved"] if p.storage in _QUANT else 0.0)
+    kappa = 1.0 if full else CAL["frozen_input_saved"] + (CAL["quantized_input_saved"] if p.storage in QUANT_DTYPES else 0.0)
     total = 0.0
     # Norms: HF RMSNorm keeps an fp32 copy of its input (+ the normalized tensor when its weight trains);
     # LayerNorm keeps its input (fp32 under CUDA autocast) plus per-token mean/rstd.
@@ -323,7 +326,7 @@ def _ctx_tokens(arch: Arch, tokens: int) -> float:
 
 def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, float, int, list[str]]:
     """(breakdown bytes at the peak, phase, paged bytes, trainable params, notes)."""
-    p = _plan(q, arch)
+    p = precision_plan(q, arch)
     notes = list(p.notes)
     if q.attention == "sdpa" and not arch.sdpa:
         notes.append(f"{arch.model_type} has no SDPA support in transformers: estimated with eager attention (seq x seq scores).")
@@ -331,7 +334,7 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     b, s = q.batch, q.seq_len
     h, V, c = arch.hidden, arch.vocab, p.c
     max_lin = max((m.d_in * m.d_out for m in arch.linears), default=0)
-    quant = p.storage in _QUANT
+    quant = p.storage in QUANT_DTYPES
 
     if not p.training:
         T = s + q.new_tokens
@@ -371,7 +374,7 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     opt_state, step_tmp, paged = _optimizer(q.optimizer, arch, trainable, grad_b, full)
 
     tokens = b * s
-    a_tok, a_seq = _layer_activations(arch, q, p, lora_mods)
+    a_tok, a_seq = layer_activations(arch, q, p, lora_mods)
     layer = (a_tok + a_seq * s) * tokens
     # Model-level: final norm; lm_head input when lm_head trains; embedding dropout mask; 4D mask for eager.
     extra = (4 * h if arch.norm_type == "rms" or p.autocast else p.residual * h) * tokens
@@ -395,7 +398,7 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     # weights are cached for the whole forward, copies of frozen ones are kept by autograd for the input gradient.
     head_numel = arch.vocab * h
     tmp = 0.0
-    stored = p.master if full else _BYTES.get(p.storage, p.c)
+    stored = p.master if full else FLOAT_BYTES.get(p.storage, p.c)
     if p.autocast and not quant and stored != p.c:
         tmp += p.c * (arch.params_layer_linear + head_numel)
     elif quant and p.autocast and p.nonquant != p.c:
@@ -447,7 +450,8 @@ def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool) -> tuple
 # --------------------------------------------------------------------------------------------------
 
 
-def _fragmentation(parts: dict[str, float]) -> float:
+def fragmentation(parts: dict[str, float]) -> float:
+    """Bytes the allocator reserves beyond `parts` (the allocated bytes per term), calibrated in CAL."""
     static = parts.get("weights", 0) + parts.get("quantization constants", 0) + parts.get("trainable weights", 0) + parts.get("optimizer state", 0)
     dynamic = sum(parts.values()) - static
     return CAL["frag_static"] * static + CAL["frag_dynamic"] * dynamic
@@ -465,9 +469,9 @@ def estimate(query: MemoryQuery) -> MemoryEstimate:
     """Peak memory of the job described by `query`, its breakdown, and a verdict for every hardware tier."""
     if not isinstance(query, MemoryQuery):
         raise ConfigError("query", type(query).__name__, "a MemoryQuery")
-    parts, phase, paged, trainable, notes, arch = _estimate_by_key(_key(query))
+    parts, phase, paged, trainable, notes, arch = estimate_by_key(query_key(query))
     allocated = sum(parts.values())
-    frag = _fragmentation(parts)
+    frag = fragmentation(parts)
     breakdown = {t: 0.0 for t in TERMS}
     for k, v in parts.items():
         breakdown[k] += v / GIB
@@ -489,12 +493,15 @@ def estimate(query: MemoryQuery) -> MemoryEstimate:
     )
 
 
-def _key(q: MemoryQuery) -> tuple:
+def query_key(q: MemoryQuery) -> tuple:
+    """The query as a hashable tuple of its fields (the cache key of `estimate_by_key`)."""
     return tuple(getattr(q, f.name) for f in dataclasses.fields(q))
 
 
 @functools.lru_cache(maxsize=8192)
-def _estimate_by_key(key: tuple) -> tuple[dict[str, float], str, float, int, tuple[str, ...], Arch]:
+def estimate_by_key(key: tuple) -> tuple[dict[str, float], str, float, int, tuple[str, ...], Arch]:
+    """(bytes per term, peak phase, paged bytes, trainable params, notes, Arch) of `query_key(q)`, cached: the
+    capacity searches ask the same queries many times."""
     q = MemoryQuery(**dict(zip((f.name for f in dataclasses.fields(MemoryQuery)), key, strict=True)))
     arch = resolve(q.model)
     parts, phase, paged, trainable, notes = _estimate_bytes(q, arch)
@@ -503,8 +510,8 @@ def _estimate_by_key(key: tuple) -> tuple[dict[str, float], str, float, int, tup
 
 def need_gib(query: MemoryQuery, tier: HardwareTier) -> tuple[float, float]:
     """(GPU memory the job needs on this tier incl. fragmentation and context, paged optimizer state) in GiB."""
-    parts, _, paged, _, _, _ = _estimate_by_key(_key(query))
-    return (sum(parts.values()) + _fragmentation(parts)) / GIB + tier.cuda_context_gib, paged / GIB
+    parts, _, paged, _, _, _ = estimate_by_key(query_key(query))
+    return (sum(parts.values()) + fragmentation(parts)) / GIB + tier.cuda_context_gib, paged / GIB
 
 
 def _fits(query: MemoryQuery, tier: HardwareTier) -> bool:
@@ -623,7 +630,7 @@ def _candidates(q: MemoryQuery, arch: Arch, tier: HardwareTier) -> list[tuple[st
         for wp in ("int8", "nf4"):
             if _rank_precision(wp) < _rank_precision(_effective_wp(q)):
                 out.append(("quantize", f"Load the weights in {wp} (bitsandbytes)", {"weight_precision": wp}))
-    elif q.task == "lora" and _effective_wp(q) not in _QUANT:
+    elif q.task == "lora" and _effective_wp(q) not in QUANT_DTYPES:
         out.append(("quantize", "QLoRA: 4-bit nf4 base weights with double quantization", {"task": "qlora", "weight_precision": "nf4", "double_quant": True}))
     elif q.task == "full":
         out.append(("task", "LoRA on bf16 weights instead of full fine-tuning", {"task": "lora", "weight_precision": "bf16"}))

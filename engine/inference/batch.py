@@ -5,7 +5,7 @@
 - `batch_generate(loaded, prompts, settings)`: yields `BatchProgress` after each micro-batch. Prompts are
   encoded exactly as `engine.inference.generate.stream_generate` encodes them (chat template or raw text), padded on
   the left, and each micro-batch is one `model.generate` call with the same kwargs, eos ids and stop
-  strings (the helpers of engine/inference/generate.py), so greedy outputs equal per-prompt `generate_text` outputs.
+  strings (the helpers of engine/inference/decoding.py), so greedy outputs equal per-prompt `generate_text` outputs.
   The prompts keep their order (micro-batches are consecutive prompts): the table the UI shows grows from
   the top, in the order the person wrote.
 - Out of memory: the micro-batch is halved and the same chunk retried, down to 1 prompt; the smaller size
@@ -36,7 +36,7 @@ from ..config import GenerationSettings
 from ..errors import EngineError, GenerationError
 from ..hardware.device import peak_memory_gib, reset_peak
 from ..models.loading import LoadedModel
-from .generate import _encode, _end_token_ids, _gen_kwargs, _StopOnEvent, merged_stop_strings
+from .decoding import StopOnEvent, encode_prompt, end_token_ids, generate_kwargs, merged_stop_strings
 
 MAX_PROMPTS = 1000
 MAX_MICRO_BATCH = 256
@@ -192,7 +192,7 @@ def _encode_all(loaded: LoadedModel, prompts: list[str], chat: bool) -> list[lis
     encoded: list[list[int]] = []
     for number, prompt in enumerate(prompts, start=1):
         try:
-            encoded.append(_encode(loaded, prompt, chat)["input_ids"][0].tolist())
+            encoded.append(encode_prompt(loaded, prompt, chat)["input_ids"][0].tolist())
         except GenerationError as exc:
             raise GenerationError(f"Prompt {number}: {exc}") from exc
     ctx = loaded.context_length
@@ -250,7 +250,7 @@ def batch_generate(
         raise EngineError(f"micro_batch = {micro_batch!r} is not allowed: use 1 to {MAX_MICRO_BATCH}.")
     model, tokenizer = loaded.model, loaded.tokenizer
     encoded = _encode_all(loaded, prompts, chat)
-    eos_ids = _end_token_ids(loaded)
+    eos_ids = end_token_ids(loaded)
     pad_id = next((i for i in (tokenizer.pad_token_id, *eos_ids) if i is not None), 0)  # any id: padding is masked
     stops = merged_stop_strings(settings)
     stop = stop_event if stop_event is not None else threading.Event()
@@ -277,11 +277,11 @@ def batch_generate(
         max_new = settings.max_new_tokens if ctx is None else min(settings.max_new_tokens, ctx - width)
         input_ids = torch.tensor([[pad_id] * (width - len(ids)) + ids for ids in chunk], dtype=torch.long, device=device)
         attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in chunk], dtype=torch.long, device=device)
-        kwargs = _gen_kwargs(settings, max_new, eos_ids, pad_id, tokenizer=tokenizer, stop_strings=stops)
+        kwargs = generate_kwargs(settings, max_new, eos_ids, pad_id, tokenizer=tokenizer, stop_strings=stops)
         t_chunk = time.perf_counter()
         try:
             out = model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, stopping_criteria=StoppingCriteriaList([_StopOnEvent(stop)]), **kwargs
+                input_ids=input_ids, attention_mask=attention_mask, stopping_criteria=StoppingCriteriaList([StopOnEvent(stop)]), **kwargs
             )
         except Exception as exc:
             if not _is_oom(exc):

@@ -213,7 +213,7 @@ def task_accuracy(loaded: LoadedModel, *, n: int | None = None, max_new_tokens: 
     after the longest prompt. 4-bit models are protected from CPU repacking first unless they were loaded
     inference-only. Raises EngineError when the prompts do not fit in the model's context at all."""
     from ..models.tokenizer import DEFAULT_CHAT_TEMPLATE
-    from .tasks import _left_padded_prompts
+    from .tasks import left_padded_prompts
 
     try:
         items = date_items("test", n)
@@ -226,7 +226,7 @@ def task_accuracy(loaded: LoadedModel, *, n: int | None = None, max_new_tokens: 
         # The prompts exactly as evaluate_task renders them (same helper), to check they leave room to answer:
         # a model with learned positions cannot read past its context (it raises deep inside generate).
         template = None if getattr(tokenizer, "chat_template", None) else DEFAULT_CHAT_TEMPLATE
-        longest = int(_left_padded_prompts(tokenizer, items, template, tokenizer.pad_token_id)[0].shape[1])
+        longest = int(left_padded_prompts(tokenizer, items, template, tokenizer.pad_token_id)[0].shape[1])
         if longest >= ctx:
             raise EngineError(
                 f"The date task's prompts take up to {longest} tokens with this tokenizer, but this model's context holds "

@@ -5,9 +5,8 @@ yields a `GenerationUpdate` with the new printable text at most every `_MIN_UPDA
 word is held back until it is complete), then one final update with `done=True` that carries the rest of the text,
 the exact token count and the peak memory. The concatenation of every `new_text` equals the final `text`.
 
-- Prompts: a list of chat messages goes through the tokenizer's chat template with the generation prompt
-  (gradio 6 delivers message content as a list of parts: `flatten_content` turns it into strings); a string
-  is one user message (chat=True) or raw text to continue (chat=False).
+- Prompts: a list of chat messages goes through the tokenizer's chat template with the generation prompt; a
+  string is one user message (chat=True) or raw text to continue (chat=False) (engine/inference/decoding.py).
 - Context: max_new_tokens is clamped to what is left of the model's context (reported in `notes`); a prompt
   that does not leave room for one token is a GenerationError.
 - Stop: a StoppingCriteria polls the caller's `threading.Event` after every token, so Stop ends the
@@ -17,9 +16,9 @@ the exact token count and the peak memory. The concatenation of every `new_text`
   takes no generator). Two generations at once in one process would share that RNG, so a seed is only
   reproducible when generations do not overlap; the UI allows one generation per device at a time
   (`concurrency_limit`), which also keeps them from competing for the GPU.
-- End of answer: eos ids are the model's and tokenizer's eos plus the single-token end-of-turn markers the
-  tokenizer has (`<|end|>`, `<|im_end|>`, `<|eot_id|>`, ...), so chat models stop after their turn; stop
-  strings (the settings' plus the caller's) end it too. engine/inference/batch.py reuses the helpers here.
+- End of answer: the model's eos and end-of-turn ids, or a stop string (the settings' plus the caller's); the
+  prompt encoding, end ids, stop criteria and generate kwargs are engine/inference/decoding.py's, shared with
+  engine/inference/batch.py.
 - Presets: `generation_presets` / `apply_preset` read the named decoding presets of presets/generation.yaml.
 """
 
@@ -41,10 +40,8 @@ from ..estimator.catalog import PRESETS_DIR
 from ..fields import from_dict, to_dict
 from ..hardware.device import peak_memory_gib, reset_peak
 from ..models.loading import LoadedModel
+from .decoding import StopOnEvent, encode_prompt, end_token_ids, generate_kwargs, merged_stop_strings
 
-# Tokens that close a turn in common chat formats (ours is <|end|>); used as extra eos ids when present.
-END_OF_TURN_TOKENS = ("<|end|>", "<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|eot|>", "<|end_of_turn|>")
-_ROLES = ("system", "user", "assistant")
 _POLL_S = 0.1  # how often the consumer checks that the worker is still alive while waiting for text
 _MIN_UPDATE_S = 0.04  # at most ~25 text updates per second: smooth to the eye, and nearly free for generate
 
@@ -65,94 +62,6 @@ class GenerationUpdate:
     max_new_tokens: int = 0  # after clamping to the context
     finish_reason: str | None = None  # final update only: "eos", "length" or "stopped"
     notes: list[str] = field(default_factory=list)
-
-
-def flatten_content(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """Chat messages with plain-string content: gradio 6's `[{"type": "text", "text": ...}]` parts are
-    joined, non-text parts (files, images) are dropped, and only `role` and `content` are kept."""
-    flat: list[dict[str, str]] = []
-    for message in messages:
-        if not isinstance(message, dict):
-            raise GenerationError(
-                f"A chat message must be a mapping with 'role' and 'content', got {type(message).__name__}."
-            )
-        role = str(message.get("role", "user"))
-        if role not in _ROLES:
-            raise GenerationError(f"Unknown chat role {role!r}: use one of {', '.join(_ROLES)}.")
-        flat.append({"role": role, "content": _text_of(message.get("content"))})
-    return flat
-
-
-def _text_of(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, dict):
-        if content.get("type", "text") == "text" and isinstance(content.get("text"), str):
-            return content["text"]
-        return ""  # a file/image/component part: nothing a text model can read
-    if isinstance(content, (list, tuple)):
-        return "".join(_text_of(part) for part in content)
-    return str(content)
-
-
-def _end_token_ids(loaded: LoadedModel) -> list[int]:
-    tokenizer, model = loaded.tokenizer, loaded.model
-    ids: list[int] = []
-
-    def add(value: Any) -> None:
-        if isinstance(value, int) and value >= 0 and value not in ids:
-            ids.append(value)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                add(v)
-
-    add(tokenizer.eos_token_id)
-    add(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
-    vocab = tokenizer.get_vocab()
-    for token in END_OF_TURN_TOKENS:
-        if token in vocab:
-            add(vocab[token])
-    return ids
-
-
-def _encode(loaded: LoadedModel, prompt: str | list[dict[str, Any]], chat: bool) -> dict[str, torch.Tensor]:
-    tokenizer = loaded.tokenizer
-    if isinstance(prompt, str):
-        if not prompt.strip():
-            raise GenerationError("The prompt is empty: type something for the model to answer or continue.")
-        if not chat:
-            enc = tokenizer(prompt, return_tensors="pt")
-            return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-        messages = [{"role": "user", "content": prompt}]
-    else:
-        messages = flatten_content(list(prompt))
-        if not any(m["content"].strip() for m in messages):
-            raise GenerationError("The conversation is empty: type a message first.")
-        if not chat:
-            raise GenerationError("A list of chat messages needs chat=True (raw completion takes a string).")
-    if not getattr(tokenizer, "chat_template", None):
-        raise GenerationError(
-            "This tokenizer has no chat template; load the model with load_model (it adds one) or use raw completion."
-        )
-    try:
-        enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-    except Exception as exc:  # jinja2 TemplateError and friends: the template rejected these messages
-        raise GenerationError(f"The chat template could not format these messages: {exc}") from exc
-    input_ids = enc["input_ids"]
-    mask = enc.get("attention_mask")
-    return {"input_ids": input_ids, "attention_mask": mask if mask is not None else torch.ones_like(input_ids)}
-
-
-class _StopOnEvent:
-    """StoppingCriteria: stop every sequence as soon as the event is set (checked after each token)."""
-
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 class _TokenStream:
@@ -206,39 +115,6 @@ def _is_cjk(ch: str) -> bool:
             or 0x2F800 <= cp <= 0x2FA1F or 0x3040 <= cp <= 0x30FF or 0xAC00 <= cp <= 0xD7AF)
 
 
-def merged_stop_strings(settings: GenerationSettings, extra: list[str] | None = None) -> list[str]:
-    """The settings' stop strings (one per line) followed by the caller's, without empties or duplicates."""
-    out: list[str] = []
-    for stop in [*settings.stop_list(), *(extra or ())]:
-        if stop and stop not in out:
-            out.append(stop)
-    return out
-
-
-def _gen_kwargs(
-    settings: GenerationSettings, max_new: int, eos_ids: list[int], pad_id: int | None, *, tokenizer: Any = None, stop_strings: list[str] | None = None
-) -> dict[str, Any]:
-    """`model.generate` kwargs (also used by engine/inference/batch.py). Stop strings (the complete list, see
-    `merged_stop_strings`) go with the tokenizer: HF matches them on the token level and needs it for that."""
-    kwargs: dict[str, Any] = {"max_new_tokens": max_new, "do_sample": settings.do_sample}
-    if settings.do_sample:
-        # Only pass sampling knobs when sampling: transformers warns about them in greedy mode.
-        kwargs.update(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
-        if settings.min_p > 0:
-            kwargs["min_p"] = settings.min_p
-    if settings.repetition_penalty != 1.0:
-        kwargs["repetition_penalty"] = settings.repetition_penalty
-    if settings.no_repeat_ngram_size > 0:  # applies to greedy decoding too
-        kwargs["no_repeat_ngram_size"] = settings.no_repeat_ngram_size
-    if eos_ids:
-        kwargs["eos_token_id"] = eos_ids
-    if pad_id is not None:
-        kwargs["pad_token_id"] = pad_id
-    if stop_strings and tokenizer is not None:
-        kwargs.update(stop_strings=list(stop_strings), tokenizer=tokenizer)
-    return kwargs
-
-
 def stream_generate(
     loaded: LoadedModel,
     prompt: str | list[dict[str, Any]],
@@ -257,7 +133,7 @@ def stream_generate(
     """
     t0 = time.perf_counter()
     model, tokenizer = loaded.model, loaded.tokenizer
-    inputs = _encode(loaded, prompt, chat)
+    inputs = encode_prompt(loaded, prompt, chat)
     prompt_len = int(inputs["input_ids"].shape[1])
     notes: list[str] = []
     max_new = settings.max_new_tokens
@@ -279,11 +155,11 @@ def stream_generate(
 
     device = next(model.parameters()).device
     inputs = {k: v.to(device) for k, v in inputs.items()}
-    eos_ids = _end_token_ids(loaded)
+    eos_ids = end_token_ids(loaded)
     stop = stop_event if stop_event is not None else threading.Event()
     streamer = _TokenStream()
     stops = merged_stop_strings(settings, stop_strings)
-    kwargs = _gen_kwargs(settings, max_new, eos_ids, tokenizer.pad_token_id, tokenizer=tokenizer, stop_strings=stops)
+    kwargs = generate_kwargs(settings, max_new, eos_ids, tokenizer.pad_token_id, tokenizer=tokenizer, stop_strings=stops)
     result: dict[str, Any] = {}
 
     def work() -> None:
@@ -294,7 +170,7 @@ def stream_generate(
                 **inputs,
                 **kwargs,
                 streamer=streamer,
-                stopping_criteria=StoppingCriteriaList([_StopOnEvent(stop)]),
+                stopping_criteria=StoppingCriteriaList([StopOnEvent(stop)]),
             )
         except BaseException as exc:  # re-raised in the consumer; the stream must still end
             result["error"] = exc

@@ -181,7 +181,7 @@ def evaluate_task(
         with torch.no_grad():
             for start in range(0, len(items), max(1, batch_size)):
                 batch = items[start : start + max(1, batch_size)]
-                input_ids, attention_mask = _left_padded_prompts(tokenizer, batch, template, pad_id)
+                input_ids, attention_mask = left_padded_prompts(tokenizer, batch, template, pad_id)
                 generated = model.generate(
                     input_ids=input_ids.to(device),
                     attention_mask=attention_mask.to(device),
@@ -210,7 +210,7 @@ def _eos_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     return ids
 
 
-def _left_padded_prompts(
+def left_padded_prompts(
     tokenizer: PreTrainedTokenizerBase, batch: Sequence[dict[str, Any]], template: str | None, pad_id: int | None
 ) -> tuple[Any, Any]:
     """(input_ids, attention_mask) tensors of the chat prompts, padded on the left.

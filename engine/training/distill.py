@@ -10,8 +10,8 @@ term's. Both terms are averaged over the same scored tokens (over the whole accu
 Trainer passes `num_items_in_batch`), exactly like the model's own cross-entropy.
 
 Who is who:
-- the teacher is `TrainConfig.teacher_model`, loaded with `engine.models.loading.load_model` (built-in, run:NAME,
-  Hub id or folder), unquantized in the compute dtype, in eval mode, with no gradients;
+- the teacher is `TrainConfig.teacher_model`, loaded with `engine.models.loading.load_model` (built-in, pretrained on
+  first use by engine/training/builtin.py, run:NAME, Hub id or folder), unquantized in the compute dtype, in eval mode, with no gradients;
 - the student is `TrainConfig.base_model`. `builtin:NAME` builds that compact preset from random weights
   (sized by the preset) with the *teacher's* tokenizer and vocabulary, so the two output distributions
   cover the same tokens; any other reference is a pretrained model trained in full, which must share the
@@ -40,6 +40,7 @@ from transformers import Trainer
 from ..config import QuantSettings, TrainConfig
 from ..errors import ConfigError, EngineError
 from ..runs import EventLog
+from .builtin import Pretrain, ensure_builtin
 
 log = logging.getLogger("engine.training.distill")
 
@@ -181,13 +182,13 @@ def _context(model: Any, default: int) -> int:
     return default
 
 
-def load_teacher(cfg: TrainConfig, runs_dir: Path, dtype: torch.dtype, events: EventLog) -> Any:
-    """The teacher as a `LoadedModel`: unquantized in the compute dtype, frozen, in eval mode."""
+def load_teacher(cfg: TrainConfig, runs_dir: Path, dtype: torch.dtype, events: EventLog, *, pretrain: Pretrain) -> Any:
+    """The teacher as a `LoadedModel`: unquantized in the compute dtype, frozen, in eval mode (a built-in teacher
+    is pretrained with `pretrain` first if needed)."""
     from ..models.loading import load_model
-    from .run import ensure_builtin
 
     if cfg.teacher_model.startswith("builtin:"):
-        ensure_builtin(cfg.teacher_model.split(":", 1)[1], runs_dir, parent_events=events)
+        ensure_builtin(cfg.teacher_model.split(":", 1)[1], runs_dir, parent_events=events, pretrain=pretrain)
     events.write("phase", phase=f"loading the teacher {cfg.teacher_model}")
     loaded = load_model(cfg.teacher_model, QuantSettings(mode="none", compute_dtype=cfg.precision), runs_dir=runs_dir,
                         trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=dtype)
@@ -231,9 +232,12 @@ def _check_vocabularies(cfg: TrainConfig, student_tok: Any, teacher_tok: Any, st
     return common
 
 
-def prepare_models(cfg: TrainConfig, runs_dir: Path, dtype: torch.dtype, events: EventLog, load_student: Callable[[], Any]) -> DistillSetup:
-    """Load the teacher, then build (builtin:NAME) or load (`load_student()`, anything else) the student."""
-    teacher_loaded = load_teacher(cfg, runs_dir, dtype, events)
+def prepare_models(cfg: TrainConfig, runs_dir: Path, dtype: torch.dtype, events: EventLog, load_student: Callable[[], Any], *,
+                   pretrain: Pretrain) -> DistillSetup:
+    """Load the teacher, then build (builtin:NAME) or load (`load_student()`, anything else) the student.
+
+    `pretrain` is run.py's run_training, for a built-in teacher not pretrained yet (see engine/training/builtin.py)."""
+    teacher_loaded = load_teacher(cfg, runs_dir, dtype, events, pretrain=pretrain)
     teacher, teacher_tok = teacher_loaded.model, teacher_loaded.tokenizer
     if cfg.base_model.startswith("builtin:"):
         events.write("phase", phase=f"building the student {cfg.base_model} from random weights with the teacher's tokenizer")

@@ -55,7 +55,9 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def _proc_start_time(pid: int) -> str | None:
+def proc_start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), recorded beside its pid in
+    `<run>/pid` so that a reused pid is not taken for the run's process; None where /proc cannot tell."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
             return fh.read().split(") ", 1)[1].split()[19]
@@ -74,7 +76,7 @@ def run_is_alive(run_dir: Path) -> bool:
     if not _pid_alive(pid):
         return False
     recorded = parts[1] if len(parts) > 1 else None
-    current = _proc_start_time(pid)
+    current = proc_start_time(pid)
     # pid reuse after a reboot: a different start time means a different process
     return recorded is None or current is None or recorded == current
 
@@ -215,7 +217,7 @@ class JobManager:
             logf.write(f"\n=== {datetime.now().isoformat(timespec='seconds')} {' '.join(cmd[1:])}\n".encode())
             logf.flush()
             proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO_ROOT), env=env, start_new_session=True)
-        atomic_write_text(run_dir / "pid", f"{proc.pid} {_proc_start_time(proc.pid) or ''}\n")
+        atomic_write_text(run_dir / "pid", f"{proc.pid} {proc_start_time(proc.pid) or ''}\n")
         self._procs[run_dir.name] = proc
 
     def stop(self, name: str, *, wait: bool = True) -> RunSummary:

@@ -18,10 +18,11 @@ from typing import Any
 import torch
 
 from ..config import LoraSettings, QuantSettings, TrainConfig
-from ..errors import ConfigError, EngineError, JobError
+from ..errors import ConfigError, EngineError
 from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, peak_memory_gib, reset_peak, resolve_dtype
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
+from .builtin import ensure_builtin
 from .callbacks import EvalPatienceCallback, EventsCallback, StopAtLossCallback, StopFileCallback
 
 log = logging.getLogger("engine.training.run")
@@ -35,53 +36,6 @@ OPTIMIZERS = {
 }
 # Attention projection names across common architectures (for LoRA targets = "attention").
 ATTENTION_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "c_attn", "c_proj", "query_key_value", "qkv_proj", "Wqkv", "out_proj")
-
-
-# --------------------------------------------------------------------------------------------------
-# Built-in base models: pretrained once, cached in <runs>/_builtin/<preset>/model
-# --------------------------------------------------------------------------------------------------
-
-
-def builtin_pretrain_config(preset: str) -> TrainConfig:
-    """The recipe that pretrains a built-in compact preset on the built-in corpus."""
-    from ..models.compact import compact_presets
-
-    info = compact_presets()[preset]
-    return TrainConfig(
-        method="scratch",
-        base_model=f"builtin:{preset}",
-        dataset="builtin:corpus",
-        max_seq_len=int(info.get("pretrain_seq_len", info["max_position_embeddings"])),
-        max_steps=int(info.get("pretrain_steps", 600)),
-        learning_rate=float(info.get("pretrain_lr", 1e-3)),
-        lr_scheduler="cosine",
-        warmup_ratio=0.05,
-        micro_batch_size=int(info.get("pretrain_batch", 16)),
-        grad_accum=1,
-        eval_fraction=0.05,
-        save_steps=200,
-        logging_steps=10,
-        run_name=preset,
-    )
-
-
-def ensure_builtin(preset: str, runs_dir: Path, parent_events: EventLog | None = None) -> Path:
-    """Return the folder of the pretrained built-in preset, pretraining it first if needed."""
-    from ..models.references import builtin_model_dir
-
-    model_dir = builtin_model_dir(preset, runs_dir)
-    # Several processes: all ranks pretrain it together (run_training is rank-aware), so they must agree
-    # on whether it is needed (machines without a shared disk may disagree).
-    if not distributed.any_rank(not (model_dir / "config.json").exists()):
-        return model_dir
-    run_dir = model_dir.parent
-    if parent_events is not None:
-        parent_events.write("phase", phase=f"pretraining the built-in model '{preset}' on the built-in corpus (first use only)")
-    resume = last_complete_checkpoint(run_dir) is not None if run_dir.exists() else False
-    run_training(builtin_pretrain_config(preset), run_dir, runs_dir=runs_dir, resume=resume, mirror=parent_events)
-    if not (model_dir / "config.json").exists():
-        raise JobError(f"Pretraining the built-in model '{preset}' did not finish; see {run_dir / 'train.log'}.")
-    return model_dir
 
 
 # --------------------------------------------------------------------------------------------------
@@ -153,7 +107,7 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
     from ..models.loading import load_model
 
     if cfg.base_model.startswith("builtin:"):
-        ensure_builtin(cfg.base_model.split(":", 1)[1], runs_dir, parent_events=events)
+        ensure_builtin(cfg.base_model.split(":", 1)[1], runs_dir, parent_events=events, pretrain=run_training)
     events.write("phase", phase=f"loading {cfg.base_model}")
     if cfg.method == "qlora":
         quant = dataclasses.replace(cfg.quant, mode="4bit") if cfg.quant.mode == "none" else cfg.quant
@@ -356,7 +310,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     elif cfg.method == "distill":
         from .distill import prepare_models
 
-        distill = prepare_models(cfg, runs_dir, dtype, events, lambda: _load_for_training(cfg, runs_dir, device, dtype, events))
+        distill = prepare_models(cfg, runs_dir, dtype, events, lambda: _load_for_training(cfg, runs_dir, device, dtype, events), pretrain=run_training)
         model, tokenizer, model_cfg_path = distill.student, distill.tokenizer, distill.student_config_path
         max_len = min(cfg.max_seq_len, distill.context)
     else:

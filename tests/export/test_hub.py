@@ -1,4 +1,5 @@
-"""Pushing a run to the Hub (engine/export/hub.py, `python -m engine push`, the app's /push_to_hub), offline.
+"""Pushing a run to the Hub (engine/export/hub.py, its model card engine/export/card.py, `python -m engine push`, the app's
+/push_to_hub), offline.
 
 The Hub is never contacted: `engine.export.hub._hf_api` is replaced by a fake that records create_repo /
 upload_folder and copies the uploaded folder (following its symlinks, as upload_folder does) so the files
@@ -23,7 +24,8 @@ from huggingface_hub.errors import HfHubHTTPError
 from engine.config import LoraSettings, TrainConfig
 from engine.errors import ConfigError, HubError
 from engine.export import hub as hub_push
-from engine.export.hub import model_card, push_run
+from engine.export.card import model_card
+from engine.export.hub import push_run
 from engine.export.merge import merge_adapter
 from engine.models.references import builtin_model_dir
 from engine.runs import EventLog, read_events, save_config

@@ -11,7 +11,8 @@ from conftest import CPU, tiny_model_dir
 
 from engine.config import GenerationSettings, QuantSettings
 from engine.errors import GenerationError
-from engine.inference.generate import _end_token_ids, apply_preset, flatten_content, generate_text, generation_presets, merged_stop_strings, stream_generate
+from engine.inference.decoding import end_token_ids, flatten_content, merged_stop_strings
+from engine.inference.generate import apply_preset, generate_text, generation_presets, stream_generate
 from engine.models.loading import LoadedModel, load_model
 
 GREEDY = GenerationSettings(max_new_tokens=40, do_sample=False, repetition_penalty=1.0)
@@ -178,7 +179,7 @@ def test_sampling_with_a_seed_is_reproducible(loaded):
 
 def test_eos_ids_include_the_chat_end_token(loaded):
     end = loaded.tokenizer.convert_tokens_to_ids("<|end|>")
-    assert end in _end_token_ids(loaded)
+    assert end in end_token_ids(loaded)
 
 
 def test_worker_errors_surface_as_generation_errors(loaded, monkeypatch):

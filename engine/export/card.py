@@ -1,0 +1,260 @@
+"""The model card (README.md) of a pushed run, written only from its config.yaml and events.jsonl.
+
+`model_card` says what was pushed (adapter, merged model, full model), how it was trained, its results and how to
+load it; it never holds a local path or a token. The reference helpers (`is_hub_model_id`, `public_ref`) and
+`read_run_config` / `run_events` are also what engine/export/hub.py uses to check a run and clean the staged copy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..refs import HUB_OWNER_NAME_RE, NAMED_MODEL_REF_RE
+
+HUB_URL = "https://huggingface.co"
+
+
+def run_events(run_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
+    """(RunSummary, events) of a run folder: its state for `push_source`, its history for the card."""
+    from ..runs import read_events, summarize
+    from ..training.jobs import run_is_alive
+
+    return summarize(run_dir, run_is_alive(run_dir)), read_events(run_dir)
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """The raw config.yaml mapping (raw, not validated: a card can still be written for an older run)."""
+    try:
+        data = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def is_hub_model_id(ref: str) -> bool:
+    """True when `ref` names a model on the Hub (not builtin:/run:, not a folder on this machine)."""
+    ref = (ref or "").strip()
+    if not ref or ":" in ref or ref.startswith((".", "~", "/", "\\")) or not HUB_OWNER_NAME_RE.match(ref) or ".." in ref:
+        return False
+    return not Path(ref).exists()  # a relative folder that happens to look like owner/name
+
+
+def public_ref(ref: str) -> str | None:
+    """A model reference safe to publish: Hub ids and builtin:/run: names as they are, nothing for local paths."""
+    ref = (ref or "").strip()
+    if is_hub_model_id(ref) or NAMED_MODEL_REF_RE.match(ref):
+        return ref
+    return None
+
+
+def _describe_base(ref: str) -> str:
+    if is_hub_model_id(ref):
+        return f"[{ref}]({HUB_URL}/{ref})"
+    if ref.startswith("builtin:"):
+        return (f"the built-in compact model `{ref.split(':', 1)[1]}` of Compact LLM Lab (pretrained locally on its sample "
+                "corpus; **it is not on the Hugging Face Hub**)")
+    if ref.startswith("run:"):
+        return f"the output of an earlier Compact LLM Lab run `{ref.split(':', 1)[1]}` (not on the Hub)"
+    return "a local model folder (not on the Hub)"
+
+
+def _describe_data(ref: str, config: str = "", split: str = "") -> str:
+    ref = (ref or "").strip()
+    if ref.startswith("hub:"):
+        name = ref[4:]
+        extra = ", ".join(x for x in (f"config `{config}`" if config else "", f"split `{split}`" if split else "") if x)
+        return f"[{name}]({HUB_URL}/datasets/{name})" + (f" ({extra})" if extra else "")
+    if ref.startswith("builtin:"):
+        return f"the built-in sample `{ref.split(':', 1)[1]}` of Compact LLM Lab"
+    return f"an uploaded file `{Path(ref).name}`" if ref else "—"
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _duration(events: list[dict[str, Any]]) -> float | None:
+    """Training time summed over sessions (start -> stopped/error/done), so a resumed run counts its pauses out."""
+    total, start = 0.0, None
+    for ev in events:
+        if ev.get("type") == "start":
+            start = ev.get("time")
+        elif ev.get("type") in ("stopped", "error", "done") and start is not None and ev.get("time") is not None:
+            total += ev["time"] - start
+            start = None
+    return total or None
+
+
+def _hms(seconds: float | None) -> str:
+    if not seconds:
+        return "—"
+    s = int(round(seconds))
+    return f"{s // 3600}h {s % 3600 // 60:02d}m {s % 60:02d}s" if s >= 3600 else f"{s // 60}m {s % 60:02d}s"
+
+
+def _is_compact(folder: Path | None, base_ref: str, method: str) -> bool:
+    """Is the pushed model (or the adapter's base) the CompactLLM architecture, unknown to plain transformers?"""
+    if folder is not None:
+        try:
+            return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type") == "compact_llm"
+        except (OSError, json.JSONDecodeError):
+            pass
+    return method == "scratch" or base_ref.startswith("builtin:")
+
+
+def _merged_dtype(folder: Path) -> str:
+    try:
+        return str(json.loads((folder / "merge_info.json").read_text(encoding="utf-8")).get("dtype") or "")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return ""
+
+
+def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = None) -> str:
+    """README.md for the pushed folder: YAML front matter + what it is, how it was trained, results, usage.
+
+    Written only from config.yaml and events.jsonl; holds no local path and no token.
+    """
+    run_dir = Path(run_dir)
+    cfg = read_run_config(run_dir)
+    summary, events = run_events(run_dir)
+    last = {}
+    for ev in events:
+        last[ev.get("type")] = ev  # latest event of each type
+    done, start = last.get("done", {}), last.get("start", {})
+    method = str(cfg.get("method") or summary.method or "")
+    base_ref = str(cfg.get("base_model") or summary.base_model or "")
+    is_adapter = what == "adapter"
+    lora_like = method in ("lora", "qlora")
+    pushed = run_dir / ("merged" if what == "merged" else "model") if not is_adapter else None
+    compact = _is_compact(pushed, base_ref, method)
+
+    meta: dict[str, Any] = {"library_name": "peft" if is_adapter else "transformers"}
+    if is_hub_model_id(base_ref) and method != "scratch":
+        meta["base_model"] = base_ref
+    dataset = str(cfg.get("dataset") or "")
+    if dataset.startswith("hub:"):
+        meta["datasets"] = [dataset[4:]]
+    if license:
+        meta["license"] = license
+    meta["pipeline_tag"] = "text-generation"
+    tags = ["compact-llm-lab", method or "fine-tuned"]
+    if lora_like:
+        tags += ["lora"] + (["peft"] if is_adapter else ["merged-lora"])
+    meta["tags"] = list(dict.fromkeys(t for t in tags if t))
+
+    name = repo_id.split("/")[-1]
+    lora_name = "QLoRA" if method == "qlora" else "LoRA"
+    data_desc = _describe_data(dataset, cfg.get("hub_config", ""), cfg.get("hub_split", ""))
+    base_desc = _describe_base(base_ref)
+    lines = ["---", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).strip(), "---", "", f"# {name}", ""]
+    if method == "scratch":
+        lines.append(f"A model trained from random weights on {data_desc}, with its own tokenizer and the architecture of "
+                     f"{base_desc.replace('the built-in compact model', 'the built-in preset')}.")
+    elif what == "adapter":
+        lines.append(f"A {lora_name} adapter for {base_desc}, trained on {data_desc}.")
+    elif what == "merged":
+        dtype = _merged_dtype(run_dir / "merged")
+        lines.append(f"A {lora_name} fine-tune of {base_desc} on {data_desc}, with the adapter merged into a "
+                     f"{dtype + ' ' if dtype else ''}copy of the base: the base was reloaded unquantized and the adapter folded "
+                     "into its weights (`merge_and_unload`), so this is a plain model that needs no peft.")
+    else:
+        lines.append(f"A full fine-tune (every weight trained) of {base_desc} on {data_desc}.")
+    lines += ["", "Trained with Compact LLM Lab (memory estimation, QLoRA/LoRA/full fine-tuning and generation on small GPUs and CPUs)."]
+    if is_adapter and not is_hub_model_id(base_ref):
+        public = public_ref(base_ref)
+        lines += ["", "> **Note:** the base model of this adapter is not on the Hugging Face Hub, so the adapter can only be "
+                  "applied to that same base (" + (f"`{public}`" if public else "a local folder") + "). To share a "
+                  "self-contained model, push the merged model instead."]
+        if public and public.startswith("builtin:"):
+            lines += ["> With Compact LLM Lab and the same built-in base: "
+                      f"`engine.models.loading.load_model(\"{public}\", adapter=\"{repo_id}\")`."]
+
+    # -- training settings
+    q = cfg.get("quant") or {}
+    lora = cfg.get("lora") or {}
+    rows: list[tuple[str, str]] = [("method", method or "—")]
+    if method == "qlora" or q.get("mode") in ("4bit", "8bit"):
+        quant = "4-bit " + str(q.get("quant_type", "nf4")) if q.get("mode", "4bit") == "4bit" else "8-bit (LLM.int8)"
+        if q.get("mode", "4bit") == "4bit" and q.get("double_quant", True):
+            quant += ", double quantization"
+        rows.append(("base quantization (bitsandbytes)", quant + f", compute dtype {q.get('compute_dtype', 'auto')}"))
+    if lora_like:
+        extras = [x for x, on in (("rsLoRA", lora.get("use_rslora")), ("DoRA", lora.get("use_dora"))) if on]
+        rows.append(("LoRA", f"r = {lora.get('r', '—')}, alpha = {lora.get('alpha', '—')}, dropout = {lora.get('dropout', '—')}, "
+                             f"targets = {lora.get('targets', '—')}" + (", " + ", ".join(extras) if extras else "")))
+    micro, accum = cfg.get("micro_batch_size"), cfg.get("grad_accum", 1)
+    rows += [
+        ("steps", f"{done.get('steps', summary.step)}" + (f" (max_steps {cfg['max_steps']})" if cfg.get("max_steps") else
+                                                          f" ({cfg.get('epochs', '—')} epochs)")),
+        ("batch", f"{micro} × {accum} accumulation = {micro * accum if isinstance(micro, int) and isinstance(accum, int) else '—'} "
+                  "sequences per step"),
+        ("max sequence length", _fmt(cfg.get("max_seq_len"))),
+        ("learning rate", f"{cfg.get('learning_rate', '—')} ({cfg.get('lr_scheduler', '—')}, warmup {cfg.get('warmup_ratio', '—')})"),
+        ("optimizer", _fmt(cfg.get("optimizer"))),
+        ("precision", f"{cfg.get('precision', '—')}" + (f" ({start['dtype']})" if start.get("dtype") else "")),
+        ("gradient checkpointing", "yes" if cfg.get("grad_checkpointing") else "no"),
+        ("loss on", "prompt and response" if cfg.get("train_on_prompt") else "responses only"),
+        ("seed", _fmt(cfg.get("seed"))),
+    ]
+    if cfg.get("eval_dataset"):
+        rows.append(("eval data", _describe_data(str(cfg["eval_dataset"]), split=str(cfg.get("eval_split", "")))))
+    elif cfg.get("eval_fraction"):
+        rows.append(("eval data", f"{cfg['eval_fraction']:.0%} of the training data held out"))
+    lines += ["", "## Training", "", "| setting | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in rows]]
+
+    # -- results
+    evals = [e for e in events if e.get("type") == "eval"]
+    res: list[tuple[str, str]] = []
+    if done.get("final_loss") is not None:
+        res.append(("training loss (mean over the run)", _fmt(done["final_loss"])))
+    if summary.last_loss is not None:
+        res.append(("last logged training loss", _fmt(summary.last_loss)))
+    if done.get("eval_loss") is not None:
+        res.append(("final eval loss", _fmt(done["eval_loss"])))
+    if summary.best_eval_loss is not None:
+        res.append(("best eval loss", _fmt(summary.best_eval_loss)))
+    if evals and evals[-1].get("perplexity") is not None:
+        res.append(("eval perplexity", _fmt(evals[-1]["perplexity"], 2)))
+    if summary.task_scores:
+        res.append(("date-to-ISO task accuracy", " → ".join(f"{k} {v:.0%}" for k, v in summary.task_scores.items() if v is not None)))
+    res.append(("training time", _hms(_duration(events))))
+    measured, predicted = done.get("peak_gib", summary.measured_gib), done.get("predicted_gib", summary.predicted_gib)
+    how = "process RSS peak" if start.get("device_kind") == "cpu" else "torch max allocated"
+    res.append(("peak memory, measured", f"{measured:.2f} GiB ({how})" if measured is not None else "—"))
+    res.append(("peak memory, predicted by the estimator", f"{predicted:.2f} GiB" if predicted is not None else "—"))
+    if start.get("device"):
+        res.append(("hardware", f"{start['device']} ({start.get('device_kind', '?')})"))
+    lines += ["", "## Results", "", "| metric | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in res]]
+
+    # -- usage
+    repo = repo_id
+    register = ["import engine.models.compact  # Compact LLM Lab: registers its CompactLLM architecture with transformers"] if compact else []
+    if is_adapter:
+        base_line = (f'base = AutoModelForCausalLM.from_pretrained("{base_ref}")' if is_hub_model_id(base_ref)
+                     else "base = AutoModelForCausalLM.from_pretrained(...)  # the same base model this adapter was trained on")
+        code = [*register, "from peft import PeftModel", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+                base_line, f'model = PeftModel.from_pretrained(base, "{repo}")', f'tokenizer = AutoTokenizer.from_pretrained("{repo}")']
+    else:
+        code = [*register, "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+                f'model = AutoModelForCausalLM.from_pretrained("{repo}")', f'tokenizer = AutoTokenizer.from_pretrained("{repo}")']
+    code += ["", 'messages = [{"role": "user", "content": "Hello!"}]',
+             'inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)',
+             "out = model.generate(**inputs, max_new_tokens=128)",
+             'print(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))']
+    lines += ["", "## Usage", "", "```python", *code, "```"]
+    if compact:
+        lines += ["", "The CompactLLM architecture is not part of transformers: `import engine.models.compact` needs the `engine` package "
+                  "of Compact LLM Lab on the Python path."]
+    if method == "qlora" and is_adapter:
+        lines += ["", "It was trained on a 4-bit (bitsandbytes) base; it loads on a 16-bit base too (best quality), or on a "
+                  "4-bit one (`quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\")`) to "
+                  "save memory."]
+    return "\n".join(lines) + "\n"
