@@ -99,7 +99,6 @@ class RunContext:
     main: bool  # rank 0 (or the only process): it alone writes the run folder
     checkpoint: Path | None  # the checkpoint a resumed run continues from
     started: float
-    mirror: EventLog | None = None
 
 
 @dataclass
@@ -119,7 +118,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     Raises EngineError subclasses for problems the user can fix; the caller (CLI) turns them into an
     `error` event and a clean exit code.
     """
-    run = _start_run(cfg, Path(run_dir), runs_dir, resume, mirror)
+    run = _start_run(cfg, Path(run_dir), runs_dir, resume)
     models = _load_models(run)
     prediction = _predict_memory(run, models)
     data = _build_data(run, models)
@@ -150,7 +149,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     )
 
 
-def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool, mirror: EventLog | None) -> RunContext:
+def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) -> RunContext:
     """Open the run folder (clear a stale STOP file, drop half-written checkpoints on resume), save the config and
     write the `start` event."""
     device = detect_device()
@@ -176,7 +175,7 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool, mi
                  resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""),
                  world_size=distributed.world_size())
     reset_peak(device)
-    return RunContext(cfg, run_dir, runs_dir, device, dtype, events, main, checkpoint, started, mirror)
+    return RunContext(cfg, run_dir, runs_dir, device, dtype, events, main, checkpoint, started)
 
 
 def _clear_stale_stop(stop_file: Path) -> None:

@@ -10,7 +10,7 @@ from engine.config import TrainConfig
 
 
 def test_inspect_honours_mapping_too_long_and_eval(tmp_path):
-    from engine.data.preview import inspect_dataset
+    from engine.training.data_check import inspect_dataset
 
     rows = [{"pergunta": "Diga oi", "resposta": "Oi!"}, {"pergunta": "Longa", "resposta": "palavra " * 200}]
     path = write_jsonl(tmp_path / "pr.jsonl", rows)
