@@ -342,7 +342,7 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
 
     @ui_errors
     def on_inspect(upload_path, *vals):
-        from engine.data.preview import inspect_dataset
+        from engine.training.data_check import inspect_dataset
 
         ins = inspect_dataset(config_of(upload_path, *vals), jobs.runs_dir)
         rows = [[p["row"], p["text"], p["n_tokens"], p["n_trainable"]] for p in ins.preview]

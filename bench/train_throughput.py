@@ -103,7 +103,7 @@ class _RssPeak:
 
 
 def _tokenizer() -> Any:
-    from engine.data.records import load_records, record_texts
+    from engine.data.formats import load_records, record_texts
     from engine.models.tokenizer import train_tokenizer
 
     return train_tokenizer(record_texts(load_records("builtin:corpus")), vocab_size=2048)
@@ -114,7 +114,7 @@ def _model(spec: dict[str, Any], device: Any, dtype: Any) -> tuple[Any, Any]:
     import torch
 
     from engine.config import LoraSettings, QuantSettings
-    from engine.training.run import _apply_lora
+    from engine.training.adapters import apply_lora
 
     name, method = spec["model"], spec["method"]
     if name == "random:compact-mini":
@@ -140,23 +140,25 @@ def _model(spec: dict[str, Any], device: Any, dtype: Any) -> tuple[Any, Any]:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if method in ("lora", "qlora"):
         torch.manual_seed(spec["seed"])
-        model = _apply_lora(model, LoraSettings(r=16, alpha=32, dropout=0.0))
+        model = apply_lora(model, LoraSettings(r=16, alpha=32, dropout=0.0))
     tokenizer.padding_side = "right"
     return model, tokenizer
 
 
 def _data(tokenizer: Any, max_len: int, seed: int) -> tuple[list, list]:
-    from engine.data.records import load_records, split_eval, tokenize_records
+    from engine.config import TrainConfig
+    from engine.data.build import build_train_data
 
-    tok = tokenize_records(load_records("builtin:instructions"), tokenizer, max_len)
-    return split_eval(tok.examples, 0.1, seed)
+    # the run's own data step: prompt masking, long rows truncated, 10% held out; no packing or curriculum here
+    data = build_train_data(TrainConfig(dataset="builtin:instructions", eval_fraction=0.1, seed=seed), tokenizer, max_len)
+    return data.train, data.evals
 
 
 def eval_loss(model: Any, examples: list[dict[str, list[int]]], device: Any) -> float:
     """Token-weighted cross-entropy over the held-out samples, each run alone (no padding, no packing)."""
     import torch
 
-    from engine.data.records import IGNORE_INDEX
+    from engine.data.tokenize import IGNORE_INDEX
 
     model.eval()
     total, count = 0.0, 0

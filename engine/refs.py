@@ -118,7 +118,7 @@ _SLICE = r"(\[[-0-9%:. ]*\])?"
 SPLIT_RE = re.compile(rf"^[A-Za-z0-9_.-]+{_SLICE}(\+[A-Za-z0-9_.-]+{_SLICE})*$")
 CONFIG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
 
-# mapping target -> the format it belongs to (an engine.data.records Format; the targets of one mapping
+# mapping target -> the format it belongs to (an engine.data.formats Format; the targets of one mapping
 # must belong to one format)
 COLUMN_TARGETS: dict[str, str] = {
     "text": "text",
@@ -173,7 +173,7 @@ def parse_columns(spec: str | dict[str, str] | None, field: str = "columns") -> 
 
     Raises `ConfigError` for bad syntax, unknown targets, a target given twice, or targets of more than
     one format (the mapping's targets decide the format, see engine/data/sources.py `apply_columns`). Names
-    are case-insensitive (engine/data/records.py lower-cases column names).
+    are case-insensitive (engine/data/formats.py lower-cases column names).
     """
     if isinstance(spec, dict):
         pairs = list(spec.items())

@@ -1,14 +1,17 @@
 """Shared fixtures and helpers for every test folder: an offline environment, the tiny models and tokenizers
 (built once per session, shared read-only), a tiny pretrained built-in model in a temp runs dir, the in-process
-app, the bitsandbytes 4-bit helpers and the browser settings. Test modules import helpers from here, never from
+app, the bitsandbytes 4-bit helpers, the browser settings, and the data helpers (sample rows, a small tokenizer,
+file writers, a fake Hub). Test modules import helpers from here, never from
 each other."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import csv
 import dataclasses
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -228,3 +231,75 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Data: sample rows, a small tokenizer trained on the built-in corpus, file writers, a fake Hub
+# --------------------------------------------------------------------------------------------------
+
+INSTRUCTION = {"instruction": "Traduza para o inglês.", "input": "Olá, mundo!", "output": "Hello, world!"}
+LONG = {"instruction": "Resuma.", "input": "palavra " * 40, "output": "Um resumo curto com várias palavras."}
+QA = [{"Question": "Quanto é 2+2?", "Answer": "4", "Context": ""}, {"Question": "Capital da França?", "Answer": "Paris", "Context": "Europa"}]
+CHAT = [{"messages": [{"role": "user", "content": "Oi"}, {"role": "assistant", "content": "Olá!"}]},
+        {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"}]}]
+
+
+def corpus_tokenizer():
+    """A fresh small BPE tokenizer (vocab 512, 256 positions) trained on the built-in corpus, with the chat template."""
+    from engine.data.formats import load_records, record_texts
+    from engine.models.tokenizer import train_tokenizer
+
+    return train_tokenizer(record_texts(load_records("builtin:corpus")), vocab_size=512, model_max_length=256)
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[str]], delimiter: str = ",") -> Path:
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh, delimiter=delimiter)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def trained_spans(example: dict, tokenizer) -> list[str]:
+    """Decoded runs of consecutive trained-on labels."""
+    from engine.data.tokenize import IGNORE_INDEX
+
+    spans, run = [], []
+    for label in example["labels"] + [IGNORE_INDEX]:
+        if label != IGNORE_INDEX:
+            run.append(label)
+        elif run:
+            spans.append(tokenizer.decode(run, skip_special_tokens=False))
+            run = []
+    return spans
+
+
+def from_records(records: list[dict], fmt: str):
+    """A RecordSet of already-normalized records, as if read from test.jsonl."""
+    from engine.data.formats import RecordSet
+
+    return RecordSet(records=records, format=fmt, source="test.jsonl")
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    """datasets.load_dataset replaced by an in-memory Dataset; records the calls."""
+    import datasets
+    from datasets.exceptions import DatasetNotFoundError
+
+    calls: list[tuple[tuple, dict]] = []
+    tables: dict[str, list[dict]] = {}
+
+    def load_dataset(path, name=None, **kwargs):
+        calls.append(((path, name), kwargs))
+        if path not in tables:
+            raise DatasetNotFoundError(f"Dataset '{path}' doesn't exist on the Hub or cannot be accessed.")
+        return datasets.Dataset.from_list(tables[path])
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return tables, calls

@@ -3,7 +3,7 @@
 - ``short-to-long``: ascending token count (ties keep the data's order);
 - ``column``: ascending by a numeric column of the data (``TrainConfig.difficulty_column``), e.g. a
   difficulty score. Normalization keeps only the columns of the detected format, so the column is read from
-  the raw rows (`engine.data.records.read_rows`, or the Hub split) and matched to the examples by row number.
+  the raw rows (`engine.data.files.read_rows`, or the Hub split) and matched to the examples by row number.
 
 The Trainer must then not shuffle: engine/training/run.py sets `train_sampling_strategy="sequential"`
 (transformers 5 `Trainer._get_train_sampler` returns a `SequentialSampler` for it). The order is a pure
@@ -20,7 +20,8 @@ from ..errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
-    from .records import DataReport, RecordSet
+    from .formats import RecordSet
+    from .tokenize import DataReport
 
 
 def _number(value: Any) -> float | None:
@@ -42,14 +43,14 @@ def _number(value: Any) -> float | None:
 def raw_column(cfg: TrainConfig, column: str) -> tuple[dict[int, Any], str, list[str]]:
     """``{row number: value}`` of one (lower-cased) column of the training data, the row unit, and the columns found."""
     from ..refs import check_hub_config, check_hub_ref, check_split, is_hub_ref
-    from . import records as data
-    from . import sources
+    from .files import read_rows
+    from .hub import load_hub_rows
 
     if is_hub_ref(cfg.dataset):
-        raw = sources.load_hub_rows(check_hub_ref(cfg.dataset), check_hub_config(cfg.hub_config), check_split(cfg.hub_split))
+        raw = load_hub_rows(check_hub_ref(cfg.dataset), check_hub_config(cfg.hub_config), check_split(cfg.hub_split))
         unit = "row"
     else:
-        raw, unit, _ = data.read_rows(cfg.dataset)
+        raw, unit, _ = read_rows(cfg.dataset)
     values: dict[int, Any] = {}
     found: dict[str, None] = {}
     for number, row in raw:

@@ -17,7 +17,7 @@ with whole samples instead (first-fit decreasing bin packing), and keeps the sam
 - **positions** restart per sample (learned absolute positions and RoPE both read `position_ids`).
 - **loss**: the first label of every packed sample is -100, so the last token of sample A never predicts the
   first token of sample B (the model shifts labels by one). The first token of a sample is never a target
-  anyway (engine/data/records.py), so no training signal is lost.
+  anyway (engine/data/tokenize.py), so no training signal is lost.
 
 Models that ignore packed `position_ids` (remote code, flash-attention-2 with more than one row per batch)
 would silently attend across samples; `supports_packing` checks the loaded model once on a tiny batch and
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from .records import IGNORE_INDEX
+from .tokenize import IGNORE_INDEX
 
 log = logging.getLogger("engine.data.packing")
 
@@ -233,7 +233,7 @@ def supports_packing(model: Any, *, seed: int = 0) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------
-# The training run's step (engine/training/run.py): curriculum order, then packing
+# The data step of a run (engine/data/build.py): curriculum order, then packing
 # --------------------------------------------------------------------------------------------------
 
 

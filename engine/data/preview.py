@@ -2,59 +2,102 @@
 tokens marked), and what tokenization keeps, truncates and drops (with row numbers and reasons).
 
 Answers "what will my model actually be trained on?" before a run starts, with the same code the run uses
-(engine/data/records.py) and the tokenizer the run will use.
+(engine/data/tokenize.py). The tokenizer comes from the caller: engine/training/data_check.py loads the one the
+run will use and calls `inspect_records`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config import TrainConfig
-from ..errors import ModelLoadError
+from .files import BadRow
+from .formats import RecordSet, record_texts
+from .tokenize import IGNORE_INDEX, TooLong, check_options, check_tokenizer, encode_record, tokenize_records
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from ..config import TrainConfig
+
+TRAINED_OPEN, TRAINED_CLOSE = "⟦", "⟧"  # marks trained-on spans in `preview`
 
 @dataclass
 class DataInspection:
+    """What the data check shows: a markdown summary, the first rows as the model sees them, the length histogram
+    and the dropped rows."""
+
     summary: str  # markdown
     preview: list[dict[str, Any]]  # row, text (trained spans in ⟦ ⟧), n_tokens, n_trainable
     histogram: list[dict[str, Any]]  # {"tokens": "17-32", "rows": n}
     dropped: list[list[Any]] = field(default_factory=list)  # [row, reason]
 
 
-def _tokenizer_for(cfg: TrainConfig, runs_dir: Path, texts: list[str]) -> tuple[Any, str]:
-    """The tokenizer the run will use, and a note saying which one it is."""
-    from ..models.compact import load_compact_preset
-    from ..models.loading import load_tokenizer
-    from ..models.tokenizer import train_tokenizer
+def preview(
+    recordset: RecordSet,
+    tokenizer: PreTrainedTokenizerBase,
+    max_seq_len: int,
+    n: int = 3,
+    *,
+    train_on_prompt: bool = False,
+    too_long: TooLong = "truncate",
+) -> list[dict[str, Any]]:
+    """The first `n` rows exactly as the model sees them, trained-on spans wrapped in ⟦ ⟧.
 
-    if cfg.method == "distill" and cfg.base_model.startswith("builtin:"):  # a built-in student gets the teacher's tokenizer
-        cfg = dataclasses.replace(cfg, method="full", base_model=cfg.teacher_model)
-    if cfg.method == "scratch" or cfg.base_model.startswith("builtin:"):
-        if cfg.method != "scratch":
-            try:
-                return load_tokenizer(cfg.base_model, runs_dir=runs_dir), f"the tokenizer of {cfg.base_model}"
-            except ModelLoadError:
-                pass  # not pretrained yet: the run will train its tokenizer on the built-in corpus first
-        preset = load_compact_preset(cfg.base_model.split(":", 1)[1])
-        if cfg.method != "scratch":
-            from .records import load_records, record_texts
+    Each item: ``row`` (position in the source), ``text`` (decoded with special tokens, marked),
+    ``n_tokens``, ``n_trainable``, ``truncated`` and ``dropped`` (the reason, or None).
+    """
+    check_options(max_seq_len, too_long)
+    check_tokenizer(tokenizer, recordset.format)
+    items = []
+    for number, record in list(zip(recordset.rows, recordset.records, strict=True))[: max(0, n)]:
+        item: dict[str, Any] = {
+            "row": number,
+            "text": "",
+            "n_tokens": 0,
+            "n_trainable": 0,
+            "truncated": False,
+            "dropped": None,
+        }
+        try:
+            ids, labels, was_cut = encode_record(
+                record, recordset.format, tokenizer, max_seq_len, train_on_prompt, too_long
+            )
+        except BadRow as why:
+            item["dropped"] = str(why)
+            items.append(item)
+            continue
+        item.update(
+            text=_marked_text(ids, labels, tokenizer),
+            n_tokens=len(ids),
+            n_trainable=sum(1 for x in labels[1:] if x != IGNORE_INDEX),
+            truncated=was_cut,
+        )
+        items.append(item)
+    return items
 
-            texts = record_texts(load_records("builtin:corpus"))
-        return train_tokenizer(texts, vocab_size=preset.vocab_size), "a tokenizer trained the way the run will train it"
-    return load_tokenizer(cfg.base_model, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code), f"the tokenizer of {cfg.base_model}"
+
+def _marked_text(ids: list[int], labels: list[int], tokenizer: PreTrainedTokenizerBase) -> str:
+    parts = []
+    start = 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or (labels[i] != IGNORE_INDEX) != (labels[start] != IGNORE_INDEX):
+            text = tokenizer.decode(ids[start:i], skip_special_tokens=False)
+            parts.append(f"{TRAINED_OPEN}{text}{TRAINED_CLOSE}" if labels[start] != IGNORE_INDEX else text)
+            start = i
+    return "".join(parts)
 
 
-def inspect_dataset(cfg: TrainConfig, runs_dir: Path, n_preview: int = 3) -> DataInspection:
-    """Preview + validation report of `cfg.dataset` for `cfg`'s model, sequence length and masking."""
-    from .records import preview, record_texts, tokenize_records
-    from .sources import eval_records, train_records
-
-    records = train_records(cfg)  # the same rows the run will load (Hub source and column mapping included)
-    evals = eval_records(cfg)
-    tokenizer, which = _tokenizer_for(cfg, runs_dir, record_texts(records))
+def inspect_records(
+    cfg: TrainConfig,
+    records: RecordSet,
+    evals: RecordSet | None,
+    tokenizer: PreTrainedTokenizerBase,
+    which: str,
+    n_preview: int = 3,
+) -> DataInspection:
+    """Preview + validation report of a run's training `records` (and eval records, or None) for `cfg`'s sequence
+    length and masking, tokenized with `tokenizer` (described by `which` in the summary)."""
     notes = "".join(f"\n\n⚠ {n}" for n in records.notes)
     eval_line = (f"\n\nEval: **{evals.summary()}** (instead of the eval fraction)." if evals is not None
                  else f"\n\nEval: {cfg.eval_fraction:.0%} of the rows held out." if cfg.eval_fraction > 0 else "")

@@ -105,8 +105,8 @@ def parse_prompts(text: str | None, file_path: str | None) -> list[str]:
 
 
 def _prompts_from_file(path: Path) -> list[str]:
-    # The readers of engine/data/records.py: they explain encoding problems and broken lines the way a person needs.
-    from ..data.records import _parse_csv, _parse_jsonl, _read_text
+    # The readers of engine/data/files.py: they explain encoding problems and broken lines the way a person needs.
+    from ..data.files import parse_csv, parse_jsonl, read_text
     from ..errors import DataError
 
     suffix = path.suffix.lower()
@@ -116,14 +116,14 @@ def _prompts_from_file(path: Path) -> list[str]:
         raise DataError(f"Prompt file not found: {path.name}. Upload it again.")
     if path.stat().st_size > MAX_PROMPT_FILE_BYTES:
         raise DataError(f"{path.name} is larger than {MAX_PROMPT_FILE_BYTES // 2**20} MB: that is more than a batch of {MAX_PROMPTS} prompts.")
-    content = _read_text(path, check_lines=True)
+    content = read_text(path, check_lines=True)
     if suffix == ".txt":
         return [line.strip() for line in content.splitlines() if line.strip()]
     if suffix == ".jsonl":
-        rows, _ = _parse_jsonl(content, path.name)
+        rows, _ = parse_jsonl(content, path.name)
         unit = "line"
     else:
-        rows, unit = _parse_csv(content, path.name), "row"
+        rows, unit = parse_csv(content, path.name), "row"
     prompts = []
     for number, row in rows:
         prompt = _prompt_of(row)
@@ -147,7 +147,7 @@ def _prompt_of(row: Any) -> str | None:
             prompt = str(value)
             extra = lowered.get("input") if key == "instruction" else None
             if isinstance(extra, str) and extra.strip():
-                prompt = f"{prompt}\n\n{extra}"  # as engine.data.records.to_messages joins them for training
+                prompt = f"{prompt}\n\n{extra}"  # as engine.data.formats.to_messages joins them for training
             return prompt
     return None
 
@@ -155,7 +155,7 @@ def _prompt_of(row: Any) -> str | None:
 def write_csv(rows: Iterable[BatchRow | dict[str, Any]], path: str | Path) -> Path:
     """Write prompt, output, tokens, seconds per row to `path` atomically; returns the path.
 
-    UTF-8 with a byte-order mark, so that Excel shows accents right (engine.data.records reads it back either way).
+    UTF-8 with a byte-order mark, so that Excel shows accents right (engine.data.files reads it back either way).
     The file is written under a temporary name in the same folder and renamed, so a crash never leaves a
     half-written CSV that looks complete.
     """

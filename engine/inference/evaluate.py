@@ -192,10 +192,10 @@ def perplexity(loaded: LoadedModel, texts: Sequence[str], *, window: int | None 
 
 
 def dataset_perplexity(loaded: LoadedModel, source: str, *, max_rows: int = 200, **kw: Any) -> PerplexityResult:
-    """Perplexity on the first `max_rows` rows of a dataset (`engine.data.records.load_records` source: builtin:NAME
+    """Perplexity on the first `max_rows` rows of a dataset (`engine.data.formats.load_records` source: builtin:NAME
     or an uploaded file). Chat-like rows are measured as their messages' contents joined by newlines
     (`record_texts`). `kw` goes to `perplexity` (window, stride)."""
-    from ..data.records import load_records, record_texts
+    from ..data.formats import load_records, record_texts
 
     max_rows = _whole(max_rows)
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or not 1 <= max_rows <= MAX_DATASET_ROWS:

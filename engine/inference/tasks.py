@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..data.records import SAMPLES_DIR, to_messages
+from ..data.files import SAMPLES_DIR
+from ..data.formats import to_messages
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -158,7 +159,7 @@ def evaluate_task(
     """Generate greedily for every item (batched, left-padded, with the chat template) and score.
 
     Works with any transformers causal LM and tokenizer; a tokenizer without a chat template is used with
-    `DEFAULT_CHAT_TEMPLATE` (the one `engine.data.records` trains with), without modifying the tokenizer. The model
+    `DEFAULT_CHAT_TEMPLATE` (the one training renders with when a tokenizer has none), without modifying the tokenizer. The model
     runs in eval mode under `torch.no_grad()` and is put back in training mode afterwards if it was.
 
     4-bit QLoRA models: on CPUs with AVX512-BF16, bitsandbytes repacks 4-bit weights the first time they

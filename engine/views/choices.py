@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 NO_ADAPTER = "(none)"
 PLACEMENTS = {"one device": None, "auto (offload to CPU/disk)": "auto"}  # label -> device_map for engine.models.loading.load_model
-# The built-in datasets in the order the Evaluate tab lists them (engine/data/records.py describes their contents).
+# The built-in datasets in the order the Evaluate tab lists them (engine/data/files.py describes their contents).
 BUILTIN_DATASETS = {
     "builtin:dates": "Date conversion to ISO (scored task: accuracy before/after is reported)",
     "builtin:instructions": "Instructions PT/EN about LLMs on small hardware",

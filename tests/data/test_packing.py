@@ -11,8 +11,9 @@ import torch
 
 from engine.config import TrainConfig
 from engine.data.curriculum import curriculum_keys, order
+from engine.data.formats import load_records
 from engine.data.packing import PackingCollator, arrange_train, first_fit_decreasing, next_fit, pack_examples, supports_packing
-from engine.data.records import IGNORE_INDEX, load_records, tokenize_records
+from engine.data.tokenize import IGNORE_INDEX, tokenize_records
 from engine.errors import ConfigError, DataError
 
 
@@ -238,12 +239,12 @@ def test_curriculum_disables_shuffling(tmp_path, tokenizer):
     from transformers import Trainer
 
     from engine.hardware.device import detect_device
-    from engine.training.run import _training_args
+    from engine.training.trainer import training_args
 
     device = detect_device()
     for curriculum, sampler in (("none", torch.utils.data.RandomSampler), ("short-to-long", torch.utils.data.SequentialSampler)):
         cfg = TrainConfig(curriculum=curriculum)
-        args = _training_args(cfg, tmp_path, device, torch.float32, has_eval=False)
+        args = training_args(cfg, tmp_path, device, torch.float32, has_eval=False)
         trainer = Trainer(model=_compact(), args=args, train_dataset=_examples([5, 6, 7]), data_collator=PackingCollator(tokenizer))
         assert isinstance(trainer._get_train_sampler(), sampler)
 

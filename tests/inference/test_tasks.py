@@ -10,7 +10,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from engine.data.records import SAMPLES_DIR, load_records, record_texts
+from engine.data.files import SAMPLES_DIR
+from engine.data.formats import load_records, record_texts
 from engine.inference.tasks import FILES, TaskScore, date_items, evaluate_task, normalize_answer, score_outputs, write_date_files
 from engine.models.tokenizer import train_tokenizer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from engine.data.records import load_records
+from engine.data.formats import load_records
 from engine.errors import EngineError
 from engine.models.tokenizer import DEFAULT_CHAT_TEMPLATE, SPECIAL_TOKENS, ensure_chat_template, train_tokenizer
 

@@ -127,14 +127,14 @@ def test_patience_without_a_held_out_set_is_a_config_error(runs_dir, tmp_path):
 
 def test_training_args_eval_interval_and_best_metric():
     from engine.hardware.device import detect_device
-    from engine.training.run import _training_args
+    from engine.training.trainer import training_args
 
     device = detect_device()
-    args = _training_args(TrainConfig(save_steps=7), Path("/tmp/x"), device, torch.float32, has_eval=True)
+    args = training_args(TrainConfig(save_steps=7), Path("/tmp/x"), device, torch.float32, has_eval=True)
     assert args.eval_steps == 7 and args.metric_for_best_model is None and not args.load_best_model_at_end
-    args = _training_args(TrainConfig(save_steps=7, eval_steps=3, early_stopping_patience=2), Path("/tmp/x"), device, torch.float32, has_eval=True)
+    args = training_args(TrainConfig(save_steps=7, eval_steps=3, early_stopping_patience=2), Path("/tmp/x"), device, torch.float32, has_eval=True)
     assert args.eval_steps == 3 and args.metric_for_best_model == "eval_loss" and args.greater_is_better is False
-    assert _training_args(TrainConfig(), Path("/tmp/x"), device, torch.float32, has_eval=False).eval_strategy == "no"
+    assert training_args(TrainConfig(), Path("/tmp/x"), device, torch.float32, has_eval=False).eval_strategy == "no"
 
 
 def test_sample_prompts_take_the_masked_prompt_or_half_a_text():

@@ -1,0 +1,261 @@
+"""Reading the rows of a dataset file: built-in samples, .jsonl/.json/.csv/.tsv/.txt/.parquet, with the checks a
+person uploading a file needs to hear about (missing, empty, too big, binary, not UTF-8, a line too long, broken JSON).
+
+Files are parsed here with the standard library rather than with `datasets.load_dataset`, because a person
+uploading a file needs to hear *which line* is broken and *which columns* were found, and because parsing
+a small upload must not write a cache folder. Rows come back as they are, every column included;
+engine/data/formats.py detects their format and normalizes them. `read_text`, `parse_jsonl` and `parse_csv`
+also read the prompt files of engine/inference/batch.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataError
+
+SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
+BUILTIN_FILES: dict[str, str] = {
+    "builtin:instructions": "instructions.jsonl",
+    "builtin:dates": "dates.jsonl",
+    "builtin:corpus": "corpus.txt",
+}
+BUILTIN_DATASETS: dict[str, str] = {
+    "builtin:instructions": "194 short instruction/answer pairs in Portuguese and English (LLMs, GPUs, daily life).",
+    "builtin:dates": "600 date conversions DD/MM/YYYY -> YYYY-MM-DD: the scored task (100 held-out test items).",
+    "builtin:corpus": "~75 KB of plain paragraphs in Portuguese and English, for pretraining a compact model.",
+}
+
+EXTENSIONS: dict[str, str] = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".txt": "txt",
+    ".parquet": "parquet",
+}
+MAX_FILE_BYTES = 200 * 1024 * 1024
+MAX_LINE_BYTES = 10 * 1024 * 1024
+
+
+class BadRow(Exception):
+    """A single row cannot be used; it is dropped and reported, the rest of the file goes on."""
+
+
+def read_rows(source: str) -> tuple[list[tuple[int, Any]], str, str]:
+    """The raw rows of a built-in sample or local file, before normalization: ``(rows, unit, file name)``.
+
+    rows are ``(1-based position, value)`` pairs with every column the file has (normalization keeps only
+    the columns of the detected format; engine/data/curriculum.py reads a difficulty column from here).
+    """
+    path = _resolve(source)
+    kind = EXTENSIONS[path.suffix.lower()]
+    if kind == "parquet":
+        raw, unit = _read_parquet(path), "row"
+    else:
+        text = read_text(path, check_lines=kind != "json")
+        if kind == "jsonl":
+            raw, unit = parse_jsonl(text, path.name)
+        elif kind == "json":
+            raw, unit = _parse_json(text, path.name)
+        elif kind == "csv":
+            delimiter = "\t" if path.suffix.lower() == ".tsv" else None
+            raw, unit = parse_csv(text, path.name, delimiter), "row"
+        else:
+            raw, unit = _parse_txt(text), "line"
+    if not raw:
+        raise DataError(f"{path.name} has no rows. Add at least one sample.")
+    return raw, unit, path.name
+
+
+def display_name(source: str) -> str:
+    """How a source is named in messages: ``builtin:``/``hub:`` references as they are, files by their name."""
+    return source if source.startswith(("builtin:", "hub:")) else Path(source).name
+
+
+def _resolve(source: str) -> Path:
+    source = (source or "").strip()
+    if not source:
+        raise DataError("No dataset given. Choose a built-in sample or upload a file.")
+    if source.startswith("builtin:"):
+        if source not in BUILTIN_FILES:
+            raise DataError(f"Unknown built-in dataset {source!r}. Available: {', '.join(BUILTIN_FILES)}.")
+        return SAMPLES_DIR / BUILTIN_FILES[source]
+    path = Path(source)
+    suffix = path.suffix.lower()
+    if suffix not in EXTENSIONS:
+        hint = " Excel workbooks: save as 'CSV UTF-8' first." if suffix in (".xlsx", ".xls", ".ods") else ""
+        raise DataError(
+            f"{path.name}: unsupported file type {suffix or '(no extension)'!r}. "
+            f"Use one of: {', '.join(EXTENSIONS)}.{hint}"
+        )
+    if not path.exists():
+        raise DataError(f"Dataset file not found: {path.name}. Upload it again.")
+    if not path.is_file():
+        raise DataError(f"{path.name} is not a file.")
+    size = path.stat().st_size
+    if size == 0:
+        raise DataError(f"{path.name} is empty (0 bytes).")
+    if size > MAX_FILE_BYTES:
+        raise DataError(
+            f"{path.name} is {size / 2**20:.0f} MB; the limit is {MAX_FILE_BYTES // 2**20} MB. "
+            "Use a sample of the data (a few thousand rows are plenty for a LoRA fine-tune)."
+        )
+    return path
+
+
+def read_text(path: Path, *, check_lines: bool) -> str:
+    """Bytes -> str with the checks a person needs to hear about: binary, encoding, huge lines."""
+    data = path.read_bytes()
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise DataError(f"{path.name} is encoded as UTF-16. Re-save it as UTF-8.")
+    if b"\x00" in data[:65536]:
+        raise DataError(
+            f"{path.name} looks like a binary file, not text (it contains NUL bytes). "
+            f"Upload a text file ({', '.join(e for e in EXTENSIONS if e != '.parquet')}) or a .parquet file."
+        )
+    # utf-8-sig when there is a byte-order mark (Excel and Notepad write one), otherwise strict utf-8
+    encoding = "utf-8-sig" if data.startswith(b"\xef\xbb\xbf") else "utf-8"
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise DataError(
+            f"{path.name} is not UTF-8 text: byte 0x{data[err.start]:02x} on line {line} cannot be decoded. "
+            "It was probably saved as Latin-1/Windows-1252 (common for CSV exported by Excel). "
+            "Re-save it as UTF-8 (Excel: 'CSV UTF-8'; text editors: 'Save with encoding UTF-8')."
+        ) from None
+    if not text.strip():
+        raise DataError(f"{path.name} is empty (only whitespace).")
+    if check_lines:
+        _check_line_lengths(data, path.name)
+    return text
+
+
+def _check_line_lengths(data: bytes, name: str) -> None:
+    start, line = 0, 1
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        if end - start > MAX_LINE_BYTES:
+            raise DataError(
+                f"{name}: line {line} is {(end - start) / 2**20:.1f} MB; the limit is "
+                f"{MAX_LINE_BYTES // 2**20} MB per line. Split very long samples or check the line endings."
+            )
+        start, line = end + 1, line + 1
+
+
+def parse_jsonl(text: str, name: str, *, allow_array: bool = True) -> tuple[list[tuple[int, Any]], str]:
+    if allow_array and text.lstrip().startswith("["):  # a JSON array saved as .jsonl: read it as one
+        return _parse_json(text, name)
+    """``(rows, "line")`` of JSON Lines text: one JSON value per non-empty line, numbered by line.
+
+    A JSON array saved as .jsonl is read as one array (`allow_array`); an invalid line raises `DataError` naming it.
+    """
+    rows = []
+    # split on "\n" only: str.splitlines() would also split inside JSON strings at U+2028 and friends
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((number, json.loads(line)))
+        except json.JSONDecodeError as err:
+            raise DataError(
+                f"{name}: line {number} is not valid JSON ({err.msg} at column {err.colno}). "
+                'Each line of a .jsonl file must be one JSON object, e.g. {"instruction": "...", "output": "..."}.'
+            ) from None
+    return rows, "line"
+
+
+def _parse_json(text: str, name: str) -> tuple[list[tuple[int, Any]], str]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        if err.msg == "Extra data":  # several values one after another: JSON Lines with a .json name
+            return parse_jsonl(text, name, allow_array=False)
+        raise DataError(f"{name}: invalid JSON on line {err.lineno}, column {err.colno} ({err.msg}).") from None
+    if isinstance(data, dict):
+        lists = {k: v for k, v in data.items() if isinstance(v, list)}
+        if isinstance(data.get("data"), list):
+            data = data["data"]
+        elif len(lists) == 1:
+            data = next(iter(lists.values()))
+        else:
+            raise DataError(
+                f'{name}: expected a list of objects or {{"data": [...]}}; found an object with keys '
+                f"{', '.join(map(repr, list(data)[:10]))}."
+            )
+    if not isinstance(data, list):
+        raise DataError(f'{name}: expected a list of objects or {{"data": [...]}}, found {type(data).__name__}.')
+    return list(enumerate(data, start=1)), "item"
+
+
+def parse_csv(text: str, name: str, delimiter: str | None = None) -> list[tuple[int, Any]]:
+    """The rows of CSV text with a header line, as ``(row number, {column: cell})``.
+
+    The delimiter is guessed from the header when not given; empty rows are skipped and a row with more cells than
+    the header has columns becomes a `BadRow` (dropped and reported by the caller).
+    """
+    delimiter = delimiter or _guess_delimiter(text)
+    csv.field_size_limit(MAX_LINE_BYTES)
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    if not reader.fieldnames or not any((f or "").strip() for f in reader.fieldnames):
+        raise DataError(f"{name}: the first line must be a header naming the columns (e.g. instruction,output).")
+    width = len(reader.fieldnames)
+    rows: list[tuple[int, Any]] = []
+    try:
+        for number, row in enumerate(reader, start=1):
+            if None in row:  # more cells than header columns: a stray delimiter or an unquoted field
+                rows.append((number, BadRow(f"{width + len(row[None])} cells for {width} columns")))
+            elif any(v not in (None, "") for v in row.values()):
+                rows.append((number, row))
+    except csv.Error as err:
+        raise DataError(f"{name}: malformed CSV near line {reader.line_num}: {err}.") from None
+    return rows
+
+
+def _guess_delimiter(text: str) -> str:
+    """The most frequent of , ; tab | in the header line (Excel in Portuguese locales writes ';').
+
+    The header is used rather than csv.Sniffer on the whole sample, which is easily fooled by
+    punctuation inside long text cells.
+    """
+    header = text.lstrip("\ufeff").split("\n", 1)[0]
+    counts = {d: header.count(d) for d in (",", ";", "\t", "|")}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
+def _parse_txt(text: str) -> list[tuple[int, Any]]:
+    """One row per paragraph (blocks separated by blank lines); the row number is its first line."""
+    rows: list[tuple[int, Any]] = []
+    block: list[str] = []
+    start = 1
+    for number, line in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
+        if line.strip():
+            if not block:
+                start = number
+            block.append(line)
+        elif block:
+            rows.append((start, {"text": "\n".join(block).strip()}))
+            block = []
+    if block:
+        rows.append((start, {"text": "\n".join(block).strip()}))
+    return rows
+
+
+def _read_parquet(path: Path) -> list[tuple[int, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - pyarrow comes with datasets
+        raise DataError("Reading .parquet files needs the 'pyarrow' package. Upload .jsonl or .csv instead.") from None
+    try:
+        table = pq.read_table(path)
+    except Exception as err:  # pyarrow raises several unrelated types for a corrupt file
+        raise DataError(f"{path.name} is not a readable Parquet file ({type(err).__name__}: {err}).") from None
+    return list(enumerate(table.to_pylist(), start=1))

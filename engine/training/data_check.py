@@ -1,0 +1,51 @@
+"""The data check before a run ("Check the data" in the app): the preview and validation report of
+engine/data/preview.py, with the tokenizer the run will use.
+
+Loading that tokenizer is a training decision (a built-in model's own tokenizer once pretrained, otherwise one
+trained the way the run will train it; a distilled built-in student gets the teacher's), so it lives here and the
+data layer only receives the tokenizer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from ..config import TrainConfig
+from ..data.build import eval_records, train_records
+from ..data.formats import load_records, record_texts
+from ..data.preview import DataInspection, inspect_records
+from ..errors import ModelLoadError
+
+
+def inspect_dataset(cfg: TrainConfig, runs_dir: Path, n_preview: int = 3) -> DataInspection:
+    """Preview + validation report of `cfg.dataset` for `cfg`'s model, sequence length and masking."""
+    from ..models.tokenizer import ensure_chat_template
+
+    records = train_records(cfg)  # the same rows the run will load (Hub source and column mapping included)
+    evals = eval_records(cfg)
+    tokenizer, which = _tokenizer_for(cfg, runs_dir, record_texts(records))
+    ensure_chat_template(tokenizer)  # the data layer takes a tokenizer ready for chat, as the run's loaders give it
+    return inspect_records(cfg, records, evals, tokenizer, which, n_preview)
+
+
+def _tokenizer_for(cfg: TrainConfig, runs_dir: Path, texts: list[str]) -> tuple[Any, str]:
+    """The tokenizer the run will use, and a note saying which one it is."""
+    from ..models.compact import load_compact_preset
+    from ..models.loading import load_tokenizer
+    from ..models.tokenizer import train_tokenizer
+
+    if cfg.method == "distill" and cfg.base_model.startswith("builtin:"):  # a built-in student gets the teacher's tokenizer
+        cfg = dataclasses.replace(cfg, method="full", base_model=cfg.teacher_model)
+    if cfg.method == "scratch" or cfg.base_model.startswith("builtin:"):
+        if cfg.method != "scratch":
+            try:
+                return load_tokenizer(cfg.base_model, runs_dir=runs_dir), f"the tokenizer of {cfg.base_model}"
+            except ModelLoadError:
+                pass  # not pretrained yet: the run will train its tokenizer on the built-in corpus first
+        preset = load_compact_preset(cfg.base_model.split(":", 1)[1])
+        if cfg.method != "scratch":
+            texts = record_texts(load_records("builtin:corpus"))
+        return train_tokenizer(texts, vocab_size=preset.vocab_size), "a tokenizer trained the way the run will train it"
+    return load_tokenizer(cfg.base_model, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code), f"the tokenizer of {cfg.base_model}"

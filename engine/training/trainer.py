@@ -1,0 +1,126 @@
+"""Building the transformers Trainer of a run: its TrainingArguments, callbacks (events, STOP file, stop-at-loss,
+TensorBoard, eval patience), the collator, and the distillation trainer for method "distill".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import TrainConfig
+from ..hardware.device import DeviceInfo
+from ..runs import EventLog, config_yaml
+from .callbacks import EvalPatienceCallback, EventsCallback, StopAtLossCallback, StopFileCallback
+from .tensorboard import TB_DIRNAME, TensorBoardLogCallback, sample_prompts
+
+OPTIMIZERS = {
+    "adamw": "adamw_torch_fused",  # transformers 5 default on torch >= 2.8; no step temporary (engine/estimator/memory.py)
+    "adamw-8bit": "adamw_bnb_8bit",
+    "paged-adamw-8bit": "paged_adamw_8bit",
+    "paged-adamw-32bit": "paged_adamw_32bit",
+    "sgd": "sgd",
+}
+
+
+def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: torch.dtype, has_eval: bool) -> Any:
+    """The TrainingArguments of a run: batch, schedule, precision, checkpoints, evaluation and the sampling order."""
+    from transformers import TrainingArguments
+
+    on_cpu = device.kind == "cpu"
+    eval_every = cfg.eval_steps or cfg.save_steps  # 0 = evaluate with every checkpoint
+    patience = has_eval and cfg.early_stopping_patience > 0
+    return TrainingArguments(
+        output_dir=str(run_dir),
+        per_device_train_batch_size=cfg.micro_batch_size,
+        per_device_eval_batch_size=cfg.micro_batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,  # transformers 5: a float < 1 is a ratio of the total steps
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps if cfg.max_steps > 0 else -1,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm if cfg.max_grad_norm > 0 else 0.0,
+        optim=OPTIMIZERS[cfg.optimizer],
+        bf16=dtype == torch.bfloat16 and not on_cpu,
+        fp16=dtype == torch.float16,
+        use_cpu=on_cpu,
+        activation_checkpointing=cfg.grad_checkpointing,  # transformers 5 name of gradient checkpointing
+        activation_checkpointing_kwargs={"use_reentrant": False} if cfg.grad_checkpointing else None,
+        logging_steps=cfg.logging_steps,
+        logging_first_step=True,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=eval_every if has_eval else None,
+        metric_for_best_model="eval_loss" if patience else None,  # EarlyStoppingCallback compares this
+        greater_is_better=False if patience else None,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        train_sampling_strategy="random" if cfg.curriculum == "none" else "sequential",  # a curriculum is never shuffled
+        report_to="none",
+        include_num_input_tokens_seen="non_padding",
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+
+
+def _tensorboard_callback(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, tokenizer: Any, eval_ds: list, events: EventLog) -> TensorBoardLogCallback:
+    prompts = sample_prompts(eval_ds) if cfg.sample_generations else []
+    return TensorBoardLogCallback(run_dir / TB_DIRNAME, device, tokenizer=tokenizer, prompts=prompts, config_text=config_yaml(cfg), events=events)
+
+
+@dataclass
+class RunTrainer:
+    """The Trainer of a run and the callbacks the run reads after `train()`: stopped?, peak memory, last eval, TensorBoard."""
+
+    trainer: Any
+    stop: StopFileCallback
+    events: EventsCallback
+    tensorboard: TensorBoardLogCallback
+
+
+def build_trainer(
+    cfg: TrainConfig,
+    run_dir: Path,
+    device: DeviceInfo,
+    dtype: torch.dtype,
+    model: Any,
+    tokenizer: Any,
+    data: Any,
+    events: EventLog,
+    *,
+    mirror: EventLog | None = None,
+    distill: Any = None,
+) -> RunTrainer:
+    """The Trainer for `model` on `data` (engine/data/build.py `TrainData`); a `DistillTrainer` with the frozen
+    teacher of `distill` (engine/training/distill.py `DistillSetup`) for method "distill"."""
+    from transformers import Trainer
+
+    from ..data.packing import PackingCollator
+
+    stop_cb = StopFileCallback(run_dir / "STOP")
+    events_cb = EventsCallback(events, device, mirror=mirror)
+    tb_cb = _tensorboard_callback(cfg, run_dir, device, tokenizer, data.evals, events)
+    extra = [EvalPatienceCallback(cfg.early_stopping_patience, events)] if cfg.early_stopping_patience > 0 else []
+    trainer_cls, extra_args = Trainer, {}
+    if cfg.method == "distill":
+        from .distill import DistillTrainer
+
+        trainer_cls, extra_args = DistillTrainer, {"distill": distill, "temperature": cfg.distill_temperature, "alpha": cfg.distill_alpha}
+    trainer = trainer_cls(
+        model=model,
+        args=training_args(cfg, run_dir, device, dtype, has_eval=bool(data.evals)),
+        train_dataset=data.train,
+        eval_dataset=data.evals or None,
+        data_collator=PackingCollator(tokenizer, pad_to_multiple_of=8),  # packed rows, or padded examples as before
+        processing_class=tokenizer,
+        callbacks=[events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events), tb_cb, *extra],
+        **extra_args,
+    )
+    return RunTrainer(trainer, stop_cb, events_cb, tb_cb)
