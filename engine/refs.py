@@ -172,7 +172,7 @@ def parse_columns(spec: str | dict[str, str] | None, field: str = "columns") -> 
     """``"instruction=question, output=answer"`` -> ``{"instruction": "question", "output": "answer"}``.
 
     Raises `ConfigError` for bad syntax, unknown targets, a target given twice, or targets of more than
-    one format (the mapping's targets decide the format, see engine/data/sources.py `apply_columns`). Names
+    one format (the mapping's targets decide the format, see engine/data/formats.py `apply_columns`). Names
     are case-insensitive (engine/data/formats.py lower-cases column names).
     """
     if isinstance(spec, dict):
