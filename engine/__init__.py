@@ -1,8 +1,35 @@
 """Compact LLM Lab engine: memory estimation, model loading, data, training, jobs, generation, export.
 
-The public API is re-exported here lazily (PEP 562) so that `import engine` stays fast and light: the
-CLI's `--help` and the estimator do not pay for importing torch/transformers until they need them.
-This package never imports gradio (tests/test_no_gradio.py enforces it).
+What a user of the library imports (from `engine`, or from the module named):
+
+=====================  ==========================  =============================================================
+name                   module                      what it is
+=====================  ==========================  =============================================================
+TrainConfig            engine.config               a training job: model, method, data, training, LoRA, run
+QuantSettings          engine.config               how a model's weights are loaded (none, 8-bit, 4-bit, CPU int8)
+LoraSettings           engine.config               LoRA rank, alpha, dropout and targets
+GenerationSettings     engine.config               decoding: greedy or sampling, penalties, stop strings, seed
+MemoryQuery            engine.config               a memory-estimator question: model, task, batch, length, ...
+estimate               engine.estimator.memory     MemoryQuery -> MemoryEstimate (breakdown, verdicts, fixes)
+apply_recipe           engine.estimator.recipes    a hardware tier's recipe adapted to a model
+load_model             engine.models.loading       any model reference -> LoadedModel (model, tokenizer, device)
+load_tokenizer         engine.models.loading       the tokenizer of a model reference
+MODEL_CACHE            engine.models.cache         the process-wide cache of loaded models (shared, locked)
+CompactConfig          engine.models.compact       the compact GPT's config (a transformers PretrainedConfig)
+CompactForCausalLM     engine.models.compact       the compact GPT (a transformers PreTrainedModel)
+build_train_data       engine.data.build           TrainConfig + tokenizer -> train/eval examples and report
+inspect_dataset        engine.training.data_check  the data check: first rows as the model sees them, dropped rows
+run_training           engine.training.run         train according to a TrainConfig into a run folder
+JobManager             engine.training.jobs        training runs as subprocesses: start, stop, resume, status
+distillation_loss      engine.training.distill     the knowledge-distillation loss
+stream_generate        engine.inference.generate   stream tokens from a LoadedModel
+merge_adapter          engine.export.merge         merge a run's LoRA adapter into a 16-bit copy of its base
+push_run               engine.export.hub           push a run to the Hugging Face Hub with a model card
+=====================  ==========================  =============================================================
+
+The packages and how data flows through them: docs/architecture.md. The names above are re-exported here lazily
+(PEP 562) so that `import engine` stays fast and light: the CLI's `--help` and the estimator do not pay for
+importing torch/transformers until they need them. This package never imports gradio (tests/test_no_gradio.py).
 """
 
 from __future__ import annotations
@@ -17,24 +44,28 @@ from .errors import ConfigError, DataError, EngineError, GenerationError, HubErr
 # is missing; it then uses its own CPU kernels. Harmless, and alarming in a log a beginner reads: hide it.
 logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
-# name -> submodule that defines it
+# name -> module that defines it (the table above; tests/test_layout.py keeps the two equal)
 _LAZY = {
     "TrainConfig": "config",
     "QuantSettings": "config",
     "LoraSettings": "config",
     "GenerationSettings": "config",
     "MemoryQuery": "config",
+    "estimate": "estimator.memory",
+    "apply_recipe": "estimator.recipes",
+    "load_model": "models.loading",
+    "load_tokenizer": "models.loading",
+    "MODEL_CACHE": "models.cache",
     "CompactConfig": "models.compact",
     "CompactForCausalLM": "models.compact",
-    "estimate": "estimator.memory",
-    "load_model": "models.loading",
-    "stream_generate": "inference.generate",
+    "build_train_data": "data.build",
+    "inspect_dataset": "training.data_check",
     "run_training": "training.run",
-    "distillation_loss": "training.distill",
     "JobManager": "training.jobs",
+    "distillation_loss": "training.distill",
+    "stream_generate": "inference.generate",
     "merge_adapter": "export.merge",
     "push_run": "export.hub",
-    "apply_recipe": "estimator.recipes",
 }
 
 __all__ = [

@@ -9,7 +9,7 @@ Formats (detected from the keys/columns of the rows):
 - ``chat``: ``messages`` (``role``/``content``) or ``conversations`` (ShareGPT ``from``/``value``, with
   human → user, gpt → assistant).
 
-The ``columns`` mapping (``instruction=question, output=answer``, parsed by engine/data/sources.py `parse_columns`)
+The ``columns`` mapping (``instruction=question, output=answer``, parsed by engine/refs.py `parse_columns`)
 is applied before format detection, so that any table can be used without editing it. Rows come from files
 (engine/data/files.py) or Hub datasets (engine/data/hub.py); both go through `normalize`. Individually bad rows are
 dropped and listed with the reason; tokenization is engine/data/tokenize.py.
@@ -100,7 +100,7 @@ class RecordSet:
 def load_records(source: str, *, columns: dict[str, str] | None = None) -> RecordSet:
     """Read a built-in sample (``builtin:NAME``) or a local file and normalize its rows.
 
-    columns: an optional mapping target -> source column (engine/data/sources.py `parse_columns`) applied
+    columns: an optional mapping target -> source column (engine/refs.py `parse_columns`) applied
     before format detection. Hub datasets too: engine/data/build.py `load_source`.
 
     Raises `DataError` with an actionable message when the file as a whole cannot be used (missing,

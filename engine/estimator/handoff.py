@@ -63,7 +63,7 @@ def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None) -> 
     tp = {"fp32": "fp32", "fp16": "amp-fp16", "bf16": "amp-bf16"}[dtype]
     return MemoryQuery(
         model=model or cfg.base_model,
-        # distill: the student trains in full; the frozen teacher is added by engine.training.distill.teacher_memory_gib
+        # distill: the student trains in full; the frozen teacher is added by engine.training.distill.estimate_distill
         task="full" if cfg.method in ("scratch", "distill") else cfg.method,
         weight_precision=wp,
         double_quant=cfg.quant.double_quant,
