@@ -39,7 +39,8 @@ def add_estimate_parser(subparsers: Any) -> argparse.ArgumentParser:
     group = p.add_argument_group("query (MemoryQuery fields)")
     for spec in field_specs(MemoryQuery):
         flag = "--" + spec.name.replace("_", "-")
-        kwargs: dict[str, Any] = {"dest": spec.name, "default": None, "help": f"{spec.help} (default: {spec.default})"}
+        # argparse formats help with %: a literal "30%" would print the action's whole dict
+        kwargs: dict[str, Any] = {"dest": spec.name, "default": None, "help": f"{spec.help} (default: {spec.default})".replace("%", "%%")}
         if spec.type is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
