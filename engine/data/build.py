@@ -9,14 +9,16 @@ local file or a ``hub:owner/name`` dataset, after the column mapping.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError
 from ..refs import check_hub_config, check_hub_ref, check_split, is_hub_ref, parse_columns
+from . import curriculum
 from .formats import MappedColumnsMissing, RecordSet, load_records, normalize, record_texts
 from .hub import load_hub_rows
-from .packing import arrange_train
+from .packing import pack_examples
 from .tokenize import chunk_corpus, split_eval, tokenize_records
 
 if TYPE_CHECKING:
@@ -98,7 +100,7 @@ def build_train_data(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase, max_l
     else:
         train, evals = split_eval(examples, cfg.eval_fraction, cfg.seed) if cfg.eval_fraction > 0 and len(examples) >= 10 else (examples, [])
     report.update({"train_examples": len(train), "eval_examples": len(evals)})
-    # curriculum order and packing (engine/data/packing.py); the eval set stays unpacked, its loss comparable across runs
+    # curriculum order and packing (arrange_train below); the eval set stays unpacked, its loss comparable across runs
     train, arranged = arrange_train(cfg, train, examples=examples, recordset=recordset, report=tok.report if tok else None,
                                     max_len=max_len, chunked=chunked, pack=pack)
     report.update(arranged)
@@ -119,3 +121,32 @@ def _eval_examples(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase, max_len
         return blocks, {"eval_source": records.summary(), "eval_blocks": len(blocks)}
     tok = tokenize_records(records, tokenizer, max_len, train_on_prompt=cfg.train_on_prompt, too_long=cfg.too_long)
     return tok.examples, {"eval_source": records.summary(), "eval_report": tok.report.summary()}
+
+
+def arrange_train(
+    cfg: Any,
+    train: list[dict[str, list[int]]],
+    *,
+    examples: Sequence[dict[str, list[int]]],
+    recordset: Any,
+    report: Any,
+    max_len: int,
+    chunked: bool,
+    pack: bool,
+) -> tuple[list[dict[str, list[int]]], dict[str, Any]]:
+    """The training rows of a run and what to report about them.
+
+    train: the examples left after holding out the eval set (a subset of `examples`, same objects).
+    report: the tokenization report (row numbers of dropped rows, for the difficulty column).
+    pack: packing is on and the model honours packed positions (`supports_packing`). Blocks of plain text
+    (`chunked`) are already full rows and are never packed.
+    """
+    curriculum.check_applicable(cfg, chunked)
+    info: dict[str, Any] = {}
+    if not chunked and cfg.curriculum != "none":
+        train = curriculum.order(train, examples, curriculum.curriculum_keys(cfg, examples, recordset, report))
+        info["curriculum"] = cfg.curriculum
+    if pack and not chunked:
+        train, rep = pack_examples(train, max_len, keep_order=cfg.curriculum != "none")
+        info.update(rep.as_event())
+    return train, info

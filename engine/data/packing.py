@@ -230,39 +230,3 @@ def supports_packing(model: Any, *, seed: int = 0) -> bool:
         return ok
     finally:
         model.train(was_training)
-
-
-# --------------------------------------------------------------------------------------------------
-# The data step of a run (engine/data/build.py): curriculum order, then packing
-# --------------------------------------------------------------------------------------------------
-
-
-def arrange_train(
-    cfg: Any,
-    train: list[dict[str, list[int]]],
-    *,
-    examples: Sequence[dict[str, list[int]]],
-    recordset: Any,
-    report: Any,
-    max_len: int,
-    chunked: bool,
-    pack: bool,
-) -> tuple[list[dict[str, list[int]]], dict[str, Any]]:
-    """The training rows of a run and what to report about them.
-
-    train: the examples left after holding out the eval set (a subset of `examples`, same objects).
-    report: the tokenization report (row numbers of dropped rows, for the difficulty column).
-    pack: packing is on and the model honours packed positions (`supports_packing`). Blocks of plain text
-    (`chunked`) are already full rows and are never packed.
-    """
-    from . import curriculum
-
-    curriculum.check_applicable(cfg, chunked)
-    info: dict[str, Any] = {}
-    if not chunked and cfg.curriculum != "none":
-        train = curriculum.order(train, examples, curriculum.curriculum_keys(cfg, examples, recordset, report))
-        info["curriculum"] = cfg.curriculum
-    if pack and not chunked:
-        train, rep = pack_examples(train, max_len, keep_order=cfg.curriculum != "none")
-        info.update(rep.as_event())
-    return train, info

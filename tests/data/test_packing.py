@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from engine.config import TrainConfig
+from engine.data.build import arrange_train
 from engine.data.curriculum import curriculum_keys, order
 from engine.data.formats import load_records
-from engine.data.packing import PackingCollator, arrange_train, first_fit_decreasing, next_fit, pack_examples, supports_packing
+from engine.data.packing import PackingCollator, first_fit_decreasing, next_fit, pack_examples, supports_packing
 from engine.data.tokenize import IGNORE_INDEX, tokenize_records
 from engine.errors import ConfigError, DataError
 
