@@ -13,8 +13,8 @@ Run: `python app.py [--share] [--port N] [--runs-dir DIR]`.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
+import inspect
 import os
 import secrets
 from pathlib import Path
@@ -22,54 +22,23 @@ from types import SimpleNamespace
 from typing import Any
 
 import gradio as gr
-import pandas as pd
 
 from engine.config import GenerationSettings, MemoryQuery, QuantSettings, TrainConfig
 from engine.errors import EngineError
-from engine.estimator import memory
-from engine.estimator.handoff import check_ui_estimator_model, check_ui_model_ref
-from engine.estimator.recipes import AUTO as AUTO_TIER
-from engine.estimator.recipes import tier_choices
+from engine.estimator import memory, recipes
+from engine.estimator.handoff import check_ui_estimator_model
 from engine.fields import field_specs, from_flat
-from engine.runs import log_tail, run_path
+from engine.refs import default_runs_dir
 from engine.training.jobs import JobManager
-from engine.views.choices import BUILTIN_DATASETS, NO_ADAPTER, PLACEMENTS, adapter_choices, playground_models, train_model_choices
-from engine.views.estimate_view import estimate_outputs, finetune_values
-from engine.views.finetune_form import (
-    DATA_FILE_TYPES,
-    DISTILL_ONLY,
-    FT_DATA,
-    FT_DEFAULTS,
-    FT_LORA,
-    FT_MAIN,
-    FT_RUN,
-    FT_TRAIN,
-    memory_prediction,
-    reproduce_command,
-    train_config_from_form,
-)
-from engine.views.playground import (
-    batch_updates,
-    chat_turn,
-    compare_turns,
-    drop_last_turn,
-    evaluation_row,
-    generation_request,
-    model_info,
-    model_label,
-    onnx_export_check,
-    side_extra,
-)
-from engine.views.playground_load import load_for_playground
-from engine.views.run_control import delete_run, merge_finished_run, resume_run, retry_run, stop_run, zip_for_download
-from engine.views.run_view import HISTORY_HEADERS, history_rows, loss_frame, progress_html, run_choices, status_md
+from engine.views import choices, estimate_view, finetune_form, playground, playground_load, run_control, run_view
 from engine.views.signals import StopSignals
 from engine.views.uploads import keep_upload
 
-# --------------------------------------------------------------------------------------------------
-# Widgets generated from the config dataclasses
-# --------------------------------------------------------------------------------------------------
+GPU = {"concurrency_limit": 1, "concurrency_id": "gpu"}  # one generation, evaluation, export or merge at a time
+JOBS = {"concurrency_limit": 1, "concurrency_id": "jobs"}  # one start, resume or retry of a training run at a time
+QUIET = {"queue": False, "show_progress": "hidden"}  # instant updates as the form changes
 
+# ---- Widgets generated from the config dataclasses -----------------------------------------------
 
 def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ...] = (), values: dict[str, Any] | None = None,
                 suggest: dict[str, list[str]] | None = None) -> dict[str, gr.components.Component]:
@@ -101,14 +70,8 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
     return comps
 
 
-def getattr_dotted(obj: Any, name: str) -> Any:
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def ui_errors(fn):
-    """Engine errors become a readable gr.Error in the browser, never a traceback or a dead server."""
+    """Engine errors become a readable gr.Error in the browser, never a traceback or a dead server (generators too)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -117,25 +80,17 @@ def ui_errors(fn):
         except EngineError as exc:
             raise gr.Error(str(exc)) from None
 
-    return wrapper
-
-
-def ui_errors_gen(fn):
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def gen_wrapper(*args, **kwargs):
         try:
             yield from fn(*args, **kwargs)
         except EngineError as exc:
             raise gr.Error(str(exc)) from None
 
-    return wrapper
+    return gen_wrapper if inspect.isgeneratorfunction(fn) else wrapper
 
 
-
-# --------------------------------------------------------------------------------------------------
-# Panel 1: memory estimator
-# --------------------------------------------------------------------------------------------------
-
+# ---- Panel 1: memory estimator -------------------------------------------------------------------
 
 def estimator_form() -> SimpleNamespace:
     """The model (a choice, an uploaded config.json or a described architecture), the job's settings and the card."""
@@ -144,13 +99,10 @@ def estimator_form() -> SimpleNamespace:
     with gr.Accordion("…or upload a config.json / describe the architecture", open=False):
         config_file = gr.File(label="config.json", file_types=[".json"])
         with gr.Row():
-            layers = gr.Number(value=32, precision=0, label="Layers")
-            hidden = gr.Number(value=4096, precision=0, label="Hidden size")
-            heads = gr.Number(value=32, precision=0, label="Attention heads")
-            kv = gr.Number(value=8, precision=0, label="KV heads")
+            layers, hidden = gr.Number(value=32, precision=0, label="Layers"), gr.Number(value=4096, precision=0, label="Hidden size")
+            heads, kv = gr.Number(value=32, precision=0, label="Attention heads"), gr.Number(value=8, precision=0, label="KV heads")
         with gr.Row():
-            inter = gr.Number(value=14336, precision=0, label="MLP intermediate")
-            vocab = gr.Number(value=128256, precision=0, label="Vocabulary")
+            inter, vocab = gr.Number(value=14336, precision=0, label="MLP intermediate"), gr.Number(value=128256, precision=0, label="Vocabulary")
             tied = gr.Checkbox(value=False, label="Tied embeddings")
         manual_btn = gr.Button("Use this architecture (Llama-style)", size="sm")
     form = make_inputs(MemoryQuery, skip=("model",))
@@ -170,8 +122,7 @@ def estimator_results() -> SimpleNamespace:
     limits = gr.Markdown()
     fit = gr.Dataframe(headers=["#", "change", "new total GiB", "cost"], interactive=False, label="Make it fit (cheapest first)")
     with gr.Row():
-        pick = gr.Number(value=1, precision=0, minimum=1, label="Suggestion #", scale=1)
-        copy_btn = gr.Button("Use these settings in Fine-tune", scale=2)
+        pick, copy_btn = gr.Number(value=1, precision=0, minimum=1, label="Suggestion #", scale=1), gr.Button("Use these settings in Fine-tune", scale=2)
     return SimpleNamespace(outputs=[totals, chart, breakdown, tiers, limits, fit], pick=pick, copy_btn=copy_btn)
 
 
@@ -189,13 +140,10 @@ def build_estimator(upload_dir: Path) -> dict[str, Any]:
         return from_flat(MemoryQuery, {"model": model_v, **dict(zip(names, vals, strict=True))})
 
     def on_estimate(model_v: str, tier_v: str, *vals: Any):
-        try:
-            return estimate_outputs(query_of(check_ui_estimator_model(model_v, upload_dir), *vals), tier_v)
-        except EngineError as exc:
-            return f"**⚠ {exc}**", None, None, None, "", None
+        return estimate_view.estimate_or_warning(lambda: query_of(check_ui_estimator_model(model_v, upload_dir), *vals), tier_v)
 
     for comp in inputs:
-        comp.change(on_estimate, inputs, r.outputs, queue=False, show_progress="hidden")
+        comp.change(on_estimate, inputs, r.outputs, **QUIET)
 
     @ui_errors
     def on_manual(layers, hidden, heads, kv, inter, vocab, tied):
@@ -206,27 +154,24 @@ def build_estimator(upload_dir: Path) -> dict[str, Any]:
 
     f.manual_btn.click(on_manual, f.manual, [f.model], api_name="manual_architecture")
     f.config_file.upload(on_config_upload, [f.config_file], [f.model])
-    return {"inputs": inputs, "names": names, "query_of": query_of, "copy_btn": r.copy_btn, "pick": r.pick, "outputs": r.outputs, "on_estimate": on_estimate}
+    return {"inputs": inputs, "query_of": query_of, "copy_btn": r.copy_btn, "pick": r.pick, "outputs": r.outputs, "on_estimate": on_estimate}
 
 
-# --------------------------------------------------------------------------------------------------
-# Panel 2: fine-tune
-# --------------------------------------------------------------------------------------------------
+# ---- Panel 2: fine-tune --------------------------------------------------------------------------
 
-
-def finetune_form(jobs: JobManager) -> SimpleNamespace:
+def finetune_settings(jobs: JobManager) -> SimpleNamespace:
     """The run's settings (model, method, data, training, LoRA, run), the data check, the live prediction and Start/Stop."""
-    model_choices = train_model_choices(jobs)
-    main = make_inputs(TrainConfig, only=FT_MAIN, values=FT_DEFAULTS, suggest={"base_model": model_choices, "teacher_model": model_choices})
+    models = choices.train_model_choices(jobs)
+    main = make_inputs(TrainConfig, only=finetune_form.FT_MAIN, values=finetune_form.FT_DEFAULTS, suggest={"base_model": models, "teacher_model": models})
     with gr.Row(equal_height=True):  # hardware presets: engine/estimator/recipes.py adapts the tier's recipe to the model
-        preset = gr.Dropdown(choices=tier_choices(), value=AUTO_TIER, label="Hardware preset", scale=3,
+        preset = gr.Dropdown(choices=recipes.tier_choices(), value=recipes.AUTO, label="Hardware preset", scale=3,
                              info="Fills method, precision, batch, sequence length and optimizer for this card and the model above.")
         preset_btn = gr.Button("Apply preset", scale=1)
     preset_note = gr.Markdown(elem_id="finetune-preset-note")
-    upload = gr.File(label="…or upload a dataset (.jsonl .json .csv .txt .parquet)", file_types=DATA_FILE_TYPES)
+    upload = gr.File(label="…or upload a dataset (.jsonl .json .csv .txt .parquet)", file_types=finetune_form.DATA_FILE_TYPES)
     with gr.Accordion("Data: Hub dataset, column mapping, long rows, eval set", open=False):
-        data = make_inputs(TrainConfig, only=FT_DATA, values=FT_DEFAULTS)
-        eval_upload = gr.File(label="…or upload an eval file (replaces the eval fraction)", file_types=DATA_FILE_TYPES)
+        data = make_inputs(TrainConfig, only=finetune_form.FT_DATA, values=finetune_form.FT_DEFAULTS)
+        eval_upload = gr.File(label="…or upload an eval file (replaces the eval fraction)", file_types=finetune_form.DATA_FILE_TYPES)
     with gr.Accordion("Data preview & validation", open=False):
         inspect_btn = gr.Button("Check the data", size="sm")
         inspect_out = [gr.Markdown(),
@@ -235,15 +180,14 @@ def finetune_form(jobs: JobManager) -> SimpleNamespace:
                        gr.BarPlot(x="tokens", y="rows", title="Token lengths", height=200, show_label=False, sort=None),
                        gr.Dataframe(headers=["row", "why it was dropped"], interactive=False, label="Dropped rows")]
     with gr.Accordion("Training", open=False):
-        train = make_inputs(TrainConfig, only=FT_TRAIN, values=FT_DEFAULTS)
+        train = make_inputs(TrainConfig, only=finetune_form.FT_TRAIN, values=finetune_form.FT_DEFAULTS)
     with gr.Accordion("LoRA / quantization", open=False):
-        lora = make_inputs(TrainConfig, only=FT_LORA, values=FT_DEFAULTS)
+        lora = make_inputs(TrainConfig, only=finetune_form.FT_LORA, values=finetune_form.FT_DEFAULTS)
     with gr.Accordion("Run", open=False):
-        runf = make_inputs(TrainConfig, only=FT_RUN, values=FT_DEFAULTS)
+        runf = make_inputs(TrainConfig, only=finetune_form.FT_RUN, values=finetune_form.FT_DEFAULTS)
     prediction = gr.Markdown(elem_id="finetune-prediction")
     with gr.Row():
-        start = gr.Button("Start training", variant="primary")
-        stop = gr.Button("Stop (saves a checkpoint)", variant="stop")
+        start, stop = gr.Button("Start training", variant="primary"), gr.Button("Stop (saves a checkpoint)", variant="stop")
     gr.Markdown("One run at a time: a second start while a run is going is refused (stop it or wait for it). "
                 + ("On this shared app, only the browser that started a run can stop, resume or delete it; everyone can "
                    "watch it and use it once it has finished." if jobs.owner_only else
@@ -256,7 +200,7 @@ def finetune_form(jobs: JobManager) -> SimpleNamespace:
                            command=command, inputs=[upload, *form.values(), eval_upload])
 
 
-def run_view() -> SimpleNamespace:
+def watched_run() -> SimpleNamespace:
     """The watched run: status, progress bar, loss plot and log tail (refreshed by the timer)."""
     status = gr.Markdown("No run yet. The defaults fine-tune the built-in compact model to convert dates to ISO format "
                          "(accuracy is scored before and after). The first run also pretrains the built-in model (~2 min, once).")
@@ -269,13 +213,12 @@ def run_view() -> SimpleNamespace:
 def run_actions(jobs: JobManager) -> SimpleNamespace:
     """The run picker and what can be done with a run: resume, retry after OOM, delete, download, merge."""
     with gr.Row():
-        run_pick = gr.Dropdown(choices=run_choices(jobs), label="Run", info="Watch, resume or delete a run.", scale=3)
+        run_pick = gr.Dropdown(choices=run_view.run_choices(jobs), label="Run", info="Watch, resume or delete a run.", scale=3)
         resume = gr.Button("Resume", scale=1)
         retry = gr.Button("Retry after OOM (½ micro batch, 2× accumulation)", scale=2)
         delete = gr.Button("Delete", scale=1)
     with gr.Row():
-        zip_btn = gr.Button("Download run (zip)", size="sm")
-        merge_btn = gr.Button("Merge adapter into a 16-bit model", size="sm")
+        zip_btn, merge_btn = gr.Button("Download run (zip)", size="sm"), gr.Button("Merge adapter into a 16-bit model", size="sm")
     download = gr.File(label="Download", visible=False)
     return SimpleNamespace(run_pick=run_pick, resume=resume, retry=retry, delete=delete, zip_btn=zip_btn, merge_btn=merge_btn, download=download)
 
@@ -297,23 +240,13 @@ def push_panel(jobs: JobManager, run_pick: gr.Dropdown) -> None:
 
         @ui_errors
         def on_push(name, repo, what, private, token):
-            from engine.export.hub import push_run
-
-            if not name:
-                raise gr.Error("Pick a finished run to push.")
-            url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private),
-                           use_env_token=False, runs_dir=jobs.runs_dir)
-            return f"✅ Pushed the {what} of **{name}** with a model card to [{url}]({url})", ""
+            return run_control.push_finished_run(jobs, name, repo, what, private, token), ""
 
         def push_default(name):  # a full/scratch run has a model, not an adapter
-            try:
-                return "model" if name and jobs.status(name).output == "model" else "adapter"
-            except EngineError:
-                return gr.skip()
+            return run_control.push_default(jobs, name) or gr.skip()
 
-        push_btn.click(on_push, [run_pick, push_repo, push_what, push_private, push_token], [push_result, push_token],
-                       api_name="push_to_hub")
-        run_pick.change(push_default, [run_pick], [push_what], queue=False, show_progress="hidden", api_visibility="private")
+        push_btn.click(on_push, [run_pick, push_repo, push_what, push_private, push_token], [push_result, push_token], api_name="push_to_hub")
+        run_pick.change(push_default, [run_pick], [push_what], **QUIET, api_visibility="private")
 
 
 def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, names: list[str]) -> SimpleNamespace:
@@ -321,89 +254,82 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
 
     def config_of(upload_path: str | None, *vals: Any) -> TrainConfig:
         *vals, eval_path = vals  # the eval upload comes last (the form's inputs)
-        return train_config_from_form(dict(zip(names, vals, strict=True)), upload_path, eval_path, upload_dir=upload_dir,
-                                      runs_dir=jobs.runs_dir, allow_local_models=allow_local_models)
+        return finetune_form.train_config_from_form(dict(zip(names, vals, strict=True)), upload_path, eval_path, upload_dir=upload_dir,
+                                                    runs_dir=jobs.runs_dir, allow_local_models=allow_local_models)
 
     def on_predict(upload_path, *vals):
-        try:
-            return memory_prediction(config_of(upload_path, *vals))[0]
-        except EngineError as exc:
-            return f"⚠ {exc}"
+        return finetune_form.prediction_or_warning(lambda: config_of(upload_path, *vals))
 
     @ui_errors
     def on_start(owner_v, upload_path, *vals):
         cfg = config_of(upload_path, *vals)
-        _, verdict = memory_prediction(cfg)
-        if verdict == "no":
+        if finetune_form.memory_prediction(cfg)[1] == "no":
             gr.Warning("The estimator predicts this run will not fit in this machine's memory; it may stop with an out-of-memory error.")
         name = jobs.start(cfg, owner=owner_v)
         gr.Info(f"Started run '{name}'. You can close this tab: the run goes on and is shown again when you come back.")
-        return name, gr.update(choices=run_choices(jobs), value=name)
+        return name, gr.update(choices=run_view.run_choices(jobs), value=name)
 
     @ui_errors
     def on_inspect(upload_path, *vals):
-        from engine.training.data_check import inspect_dataset
-
-        ins = inspect_dataset(config_of(upload_path, *vals), jobs.runs_dir)
-        rows = [[p["row"], p["text"], p["n_tokens"], p["n_trainable"]] for p in ins.preview]
-        return ins.summary, rows, pd.DataFrame(ins.histogram, columns=["tokens", "rows"]), ins.dropped or []
+        return finetune_form.data_check(config_of(upload_path, *vals), jobs.runs_dir)
 
     @ui_errors
     def on_preset(tier, upload_path, *vals):
-        from engine.estimator.recipes import apply_recipe
-
-        current = dict(zip(names, vals[:-1], strict=True))  # the eval upload comes last
-        applied = apply_recipe(current, tier or AUTO_TIER, current["base_model"])
-        return [applied.explanation, *[gr.update(value=applied.values[n]) if n in applied.values else gr.skip() for n in names]]
+        note, values = finetune_form.preset_values(dict(zip(names, vals[:-1], strict=True)), tier)  # the eval upload comes last
+        return [note, *[gr.update(value=values[n]) if n in values else gr.skip() for n in names]]
 
     @ui_errors
     def on_show_cmd(upload_path, *vals):
-        return gr.update(value=reproduce_command(config_of(upload_path, *vals)), visible=True)
+        return gr.update(value=finetune_form.reproduce_command(config_of(upload_path, *vals)), visible=True)
 
     return SimpleNamespace(on_predict=on_predict, on_start=on_start, on_inspect=on_inspect, on_preset=on_preset, on_show_cmd=on_show_cmd)
 
 
 def run_handlers(jobs: JobManager) -> SimpleNamespace:
-    """Handlers of the run view and the run actions; controlling a run checks this browser's key (owner_v)."""
+    """Handlers of the run view (the run watched on load, the timer's refresh), this browser's key and the run actions;
+    controlling a run checks that key (owner_v)."""
+
+    def on_load():
+        name, runs = run_view.opening_run(jobs)
+        models = gr.update(choices=choices.train_model_choices(jobs))  # runs finished since the page was built
+        return name, gr.update(choices=runs, value=name), run_view.history_rows(jobs), models, models
+
+    def init_owner(key):  # a new browser gets a random key, kept in its local storage
+        return (key or secrets.token_urlsafe(18),) * 2
 
     def on_poll(name):
-        if not name:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        try:
-            s = jobs.status(name)
-        except EngineError:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        return status_md(s), progress_html(s, s.last_progress), loss_frame(s.losses), log_tail(s.path, 40), history_rows(jobs)
+        return run_view.watched_outputs(jobs, name) or (gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
     @ui_errors
     def on_stop(name, owner_v):
-        gr.Info(stop_run(jobs, name, owner_v))
+        gr.Info(run_control.stop_run(jobs, name, owner_v))
 
     @ui_errors
     def on_resume(name, owner_v):
-        gr.Info(resume_run(jobs, name, owner_v))
+        gr.Info(run_control.resume_run(jobs, name, owner_v))
         return name
 
     @ui_errors
     def on_retry(name, owner_v):
-        new, message = retry_run(jobs, name, owner_v)
+        new, message = run_control.retry_run(jobs, name, owner_v)
         gr.Info(message)
-        return new, gr.update(choices=run_choices(jobs), value=new)
+        return new, gr.update(choices=run_view.run_choices(jobs), value=new)
 
     @ui_errors
     def on_delete(name, owner_v):
-        delete_run(jobs, name, owner_v)
-        return None, gr.update(choices=run_choices(jobs), value=None), history_rows(jobs)
+        run_control.delete_run(jobs, name, owner_v)
+        return None, gr.update(choices=run_view.run_choices(jobs), value=None), run_view.history_rows(jobs)
 
     @ui_errors
     def on_zip(name):
-        return gr.update(value=str(zip_for_download(jobs, name)), visible=True)
+        return gr.update(value=str(run_control.zip_for_download(jobs, name)), visible=True)
 
     @ui_errors
     def on_merge(name):
-        gr.Info(merge_finished_run(jobs, name))
+        gr.Info(run_control.merge_finished_run(jobs, name))
 
-    return SimpleNamespace(on_poll=on_poll, on_stop=on_stop, on_resume=on_resume, on_retry=on_retry, on_delete=on_delete, on_zip=on_zip, on_merge=on_merge)
+    return SimpleNamespace(on_load=on_load, init_owner=init_owner, on_poll=on_poll, on_stop=on_stop, on_resume=on_resume, on_retry=on_retry,
+                           on_delete=on_delete, on_zip=on_zip, on_merge=on_merge)
 
 
 def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool = False) -> dict[str, Any]:
@@ -411,73 +337,56 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     owner = gr.State(None)  # this browser's key (see build_app), as a session State: it never appears in the API
     with gr.Row():
         with gr.Column(scale=2):
-            f = finetune_form(jobs)
+            f = finetune_settings(jobs)
         with gr.Column(scale=3):
-            view = run_view()
+            view = watched_run()
             act = run_actions(jobs)
             push_panel(jobs, act.run_pick)
-            history = gr.Dataframe(headers=HISTORY_HEADERS, interactive=False, label="Run history", wrap=True)
+            history = gr.Dataframe(headers=run_view.HISTORY_HEADERS, interactive=False, label="Run history", wrap=True)
     form, run_pick = f.form, act.run_pick
-    distill_only = [form[n] for n in DISTILL_ONLY]
+    distill_only = [form[n] for n in finetune_form.DISTILL_ONLY]
     for comp in distill_only:  # shown for method 'distill' only (read when the page is built; toggled below)
-        comp.visible = FT_DEFAULTS.get("method") == "distill"
+        comp.visible = finetune_form.FT_DEFAULTS.get("method") == "distill"
     timer = gr.Timer(1.0)
     fh, rh = form_handlers(jobs, upload_dir, allow_local_models, list(form)), run_handlers(jobs)
 
-    def on_load():
-        active, runs = jobs.active(), run_choices(jobs)
-        name = active or (runs[0] if runs else None)
-        models = gr.update(choices=train_model_choices(jobs))  # runs finished since the page was built
-        return name, gr.update(choices=runs, value=name), history_rows(jobs), models, models
-
-    def init_owner(key):
-        key = key or secrets.token_urlsafe(18)
-        return key, key
-
-    f.start.click(fh.on_start, [owner, *f.inputs], [watched, run_pick], api_name="start_training", concurrency_limit=1, concurrency_id="jobs")
+    f.start.click(fh.on_start, [owner, *f.inputs], [watched, run_pick], api_name="start_training", **JOBS)
     f.stop.click(rh.on_stop, [watched, owner], None, api_name="stop_training")
-    act.resume.click(rh.on_resume, [run_pick, owner], [watched], api_name="resume_training", concurrency_limit=1, concurrency_id="jobs")
+    act.resume.click(rh.on_resume, [run_pick, owner], [watched], api_name="resume_training", **JOBS)
     act.delete.click(rh.on_delete, [run_pick, owner], [watched, run_pick, history], api_name="delete_run")
-    act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", concurrency_limit=1, concurrency_id="jobs")
+    act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", **JOBS)
     f.inspect_btn.click(fh.on_inspect, f.inputs, f.inspect_out, api_name="inspect_data")
     run_pick.input(lambda n: n, [run_pick], [watched], queue=False)
     act.zip_btn.click(rh.on_zip, [run_pick], [act.download], api_name="download_run")
-    act.merge_btn.click(rh.on_merge, [run_pick], None, api_name="merge_adapter", concurrency_limit=1, concurrency_id="gpu")
+    act.merge_btn.click(rh.on_merge, [run_pick], None, api_name="merge_adapter", **GPU)
     f.show_cmd.click(fh.on_show_cmd, f.inputs, [f.command], api_name="show_command")
     f.preset_btn.click(fh.on_preset, [f.preset, *f.inputs], [f.preset_note, *form.values()], api_name="apply_preset").then(
-        fh.on_predict, f.inputs, [f.prediction], queue=False, show_progress="hidden")
-    timer.tick(rh.on_poll, [watched], [*view.outputs, history], show_progress="hidden", queue=False)
-    form["method"].change(lambda m: [gr.update(visible=m == "distill")] * len(distill_only), [form["method"]], distill_only,
-                          queue=False, show_progress="hidden", api_visibility="private")
+        fh.on_predict, f.inputs, [f.prediction], **QUIET)
+    timer.tick(rh.on_poll, [watched], [*view.outputs, history], **QUIET)
+    form["method"].change(lambda m: [gr.update(visible=m == "distill")] * len(distill_only), [form["method"]], distill_only, **QUIET, api_visibility="private")
     for comp in form.values():
-        comp.change(fh.on_predict, f.inputs, [f.prediction], queue=False, show_progress="hidden")
-    return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": on_load, "poll": rh.on_poll,
-            "init_owner": init_owner, "owner": owner, "status": view.status, "predict": fh.on_predict, "form_inputs": f.inputs,
-            "prediction": f.prediction}
+        comp.change(fh.on_predict, f.inputs, [f.prediction], **QUIET)
+    return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": rh.on_load, "init_owner": rh.init_owner,
+            "owner": owner, "predict": fh.on_predict, "form_inputs": f.inputs, "prediction": f.prediction}
 
 
-# --------------------------------------------------------------------------------------------------
-# Panel 3: playground
-# --------------------------------------------------------------------------------------------------
+# ---- Panel 3: playground -------------------------------------------------------------------------
 
-
-def model_settings(jobs: JobManager, choices: list[str]) -> SimpleNamespace:
+def model_settings(jobs: JobManager, models: list[str]) -> SimpleNamespace:
     """The model (with its adapter, placement and quantization), the mode, the system prompt and the decoding settings."""
     from engine.inference.generate import generation_presets
 
-    model = gr.Dropdown(choices=choices, value=choices[0] if choices else None, allow_custom_value=True, label="Model", elem_id="playground-model",
+    model = gr.Dropdown(choices=models, value=models[0] if models else None, allow_custom_value=True, label="Model", elem_id="playground-model",
                         info="A pretrained built-in model, a finished run (run:NAME: adapter applied on its base; run:NAME/merged: its merged "
                              "16-bit model), or a Hugging Face id (the catalog's are listed; downloaded once, when online).")
     with gr.Row():
-        refresh = gr.Button("Refresh model list", size="sm")
-        unload = gr.Button("Unload models (free memory)", size="sm")
-    quant = gr.Dropdown(choices=[c for c in field_specs(QuantSettings)[0].choices], value="none", label="Load as",
-                        info=field_specs(QuantSettings)[0].help)
+        refresh, unload = gr.Button("Refresh model list", size="sm"), gr.Button("Unload models (free memory)", size="sm")
+    quant = gr.Dropdown(choices=[c for c in field_specs(QuantSettings)[0].choices], value="none", label="Load as", info=field_specs(QuantSettings)[0].help)
     with gr.Accordion("Adapter and placement", open=False):
-        adapter = gr.Dropdown(choices=adapter_choices(jobs), value=NO_ADAPTER, label="Adapter", elem_id="playground-adapter", allow_custom_value=True,
-                              info="A LoRA adapter from a run, applied on top of the model above without merging "
-                                   "(the model must be the adapter's base, e.g. base vs base + adapter in Compare).")
-        placement = gr.Radio(choices=list(PLACEMENTS), value="one device", label="Placement",
+        adapter = gr.Dropdown(choices=choices.adapter_choices(jobs), value=choices.NO_ADAPTER, label="Adapter", elem_id="playground-adapter",
+                              allow_custom_value=True, info="A LoRA adapter from a run, applied on top of the model above without merging "
+                                                            "(the model must be the adapter's base, e.g. base vs base + adapter in Compare).")
+        placement = gr.Radio(choices=list(choices.PLACEMENTS), value="one device", label="Placement",
                              info="auto: accelerate spreads a model larger than the GPU over GPU, CPU RAM and disk "
                                   "(slower, but it runs). On a machine without a GPU everything is in RAM either way.")
         gpu_budget = gr.Number(value=0, minimum=0, maximum=1024, label="GPU budget for auto (GiB, 0 = all free memory)",
@@ -486,8 +395,7 @@ def model_settings(jobs: JobManager, choices: list[str]) -> SimpleNamespace:
     mode = gr.Radio(choices=["chat", "completion"], value="chat", label="Mode", info="chat: the model's chat template; completion: raw text continuation.")
     system = gr.Textbox(label="System prompt (chat)", lines=2)
     presets = generation_presets()
-    preset = gr.Radio(choices=list(presets), value=None, label="Decoding preset",
-                      info=" · ".join(f"{k}: {v['description']}" for k, v in presets.items()))
+    preset = gr.Radio(choices=list(presets), value=None, label="Decoding preset", info=" · ".join(f"{k}: {v['description']}" for k, v in presets.items()))
     gen = make_inputs(GenerationSettings)
     return SimpleNamespace(model=model, refresh=refresh, unload=unload, quant=quant, adapter=adapter, model_info=model_info_md, mode=mode,
                            system=system, preset=preset, gen=gen, load_extra=[adapter, placement, gpu_budget])  # last, so API callers may leave them out
@@ -497,22 +405,18 @@ def chat_tab() -> SimpleNamespace:
     chat = gr.Chatbot(label="Conversation", height=420, buttons=["copy"])
     prompt = gr.Textbox(label="Prompt", placeholder="Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).", lines=2)
     with gr.Row():
-        send = gr.Button("Generate", variant="primary")
-        stop = gr.Button("Stop")
-        regen = gr.Button("Regenerate")
-        clear = gr.Button("Clear")
+        send, stop, regen, clear = gr.Button("Generate", variant="primary"), gr.Button("Stop"), gr.Button("Regenerate"), gr.Button("Clear")
     stats = gr.Markdown(elem_id="playground-stats")
     return SimpleNamespace(chat=chat, prompt=prompt, send=send, stop=stop, regen=regen, clear=clear, stats=stats)
 
 
-def compare_tab(choices: list[str]) -> SimpleNamespace:
+def compare_tab(models: list[str]) -> SimpleNamespace:
     gr.Markdown("The same prompt, settings and seed on two models, one after the other (so only one has to fit in memory).")
-    model_b = gr.Dropdown(choices=choices, value=choices[-1] if choices else None, allow_custom_value=True, label="Model B",
+    model_b = gr.Dropdown(choices=models, value=models[-1] if models else None, allow_custom_value=True, label="Model B",
                           info="Model A is the one chosen on the left.")
     prompt = gr.Textbox(label="Prompt", lines=2, placeholder="Convert the date 11/04/1999 (DD/MM/YYYY) to ISO format (YYYY-MM-DD).")
     with gr.Row():
-        btn = gr.Button("Compare", variant="primary")
-        stop = gr.Button("Stop")
+        btn, stop = gr.Button("Compare", variant="primary"), gr.Button("Stop")
     with gr.Row():
         with gr.Column():
             out_a = gr.Textbox(label="Model A", lines=8)
@@ -529,8 +433,7 @@ def batch_tab() -> SimpleNamespace:
     file = gr.File(label="…or a .txt / .jsonl / .csv file (column prompt, instruction or text)", file_types=[".txt", ".jsonl", ".csv"])
     size = gr.Slider(1, 64, value=8, step=1, label="Micro batch")
     with gr.Row():
-        btn = gr.Button("Generate all", variant="primary")
-        stop = gr.Button("Stop")
+        btn, stop = gr.Button("Generate all", variant="primary"), gr.Button("Stop")
     outputs = [gr.Markdown(), gr.Dataframe(headers=["#", "prompt", "output", "tokens", "seconds"], interactive=False, wrap=True),
                gr.File(label="Results (CSV)", visible=False)]
     return SimpleNamespace(text=text, file=file, size=size, btn=btn, stop=stop, outputs=outputs)
@@ -540,14 +443,13 @@ def evaluate_tab() -> SimpleNamespace:
     gr.Markdown("Perplexity with a sliding window (for texts longer than the context) and the built-in date task's accuracy, "
                 "for one model or two (A = left, B = the Compare tab's Model B).")
     text = gr.Textbox(label="Text (empty: use the dataset below)", lines=4)
-    data = gr.Dropdown(choices=list(BUILTIN_DATASETS), value="builtin:corpus", label="…or a built-in dataset")
+    data = gr.Dropdown(choices=list(choices.BUILTIN_DATASETS), value="builtin:corpus", label="…or a built-in dataset")
     with gr.Row():
         window = gr.Number(value=0, precision=0, label="Window (0 = the model's context)")
         stride = gr.Number(value=0, precision=0, label="Stride (0 = window / 2)")
         both = gr.Checkbox(value=False, label="Also model B")
     with gr.Row():
-        ppl_btn = gr.Button("Perplexity", variant="primary")
-        acc_btn = gr.Button("Date-task accuracy")
+        ppl_btn, acc_btn = gr.Button("Perplexity", variant="primary"), gr.Button("Date-task accuracy")
     out = gr.Dataframe(headers=["model", "metric", "value", "details"], interactive=False, wrap=True)
     return SimpleNamespace(text=text, data=data, window=window, stride=stride, both=both, ppl_btn=ppl_btn, acc_btn=acc_btn, out=out)
 
@@ -561,48 +463,33 @@ def export_tab() -> SimpleNamespace:
     return SimpleNamespace(prompts=prompts, btn=btn, outputs=outputs)
 
 
-def split_gen_values(gen_names: list[str], gen_vals: tuple) -> tuple[GenerationSettings, tuple]:
-    """The generation settings, and the (adapter, placement, GPU budget) inputs that follow them (optional over the API)."""
-    return from_flat(GenerationSettings, dict(zip(gen_names, gen_vals[: len(gen_names)], strict=True))), tuple(gen_vals[len(gen_names):])
+def chat_handlers(load: Any, gen_names: list[str], signals: StopSignals) -> SimpleNamespace:
+    """Handlers of the Chat and Compare tabs and the decoding presets (inputs end with the generation settings); load: load_for_playground."""
 
-
-def chat_handlers(jobs: JobManager, allow_local_models: bool, gen_names: list[str], signals: StopSignals) -> SimpleNamespace:
-    """Handlers of the Chat and Compare tabs and the decoding presets; their inputs end with the generation settings."""
-    load = functools.partial(load_for_playground, jobs, allow_local_models=allow_local_models)
-
-    @ui_errors_gen
+    @ui_errors
     def on_send(request: gr.Request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, *gen_vals):
-        settings, extra = split_gen_values(gen_names, gen_vals)
-        if not (prompt_v or "").strip():
-            raise gr.Error("Type a prompt first.")
+        settings, extra = playground.prompt_settings(gen_names, gen_vals, prompt_v)
         loaded = load(model_ref, quant_mode, extra)
         stop_ev = signals.fresh(request.session_hash or "")
-        info = model_info(loaded)
-        for turn, stats in chat_turn(loaded, mode_v, system_v, list(history or []), prompt_v, settings, stop_ev):
+        info = playground.model_info(loaded)
+        for turn, stats in playground.chat_turn(loaded, mode_v, system_v, list(history or []), prompt_v, settings, stop_ev):
             yield turn, "", stats, info
 
     def on_regenerate(history):
-        if (turn := drop_last_turn(history)) is None:
+        if (turn := playground.drop_last_turn(history)) is None:
             raise gr.Error("Nothing to regenerate yet.")
         return turn
 
-    @ui_errors_gen
+    @ui_errors
     def on_compare(request: gr.Request, ref_a, ref_b, quant_mode, mode_v, system_v, prompt_v, *gen_vals):
-        settings, extra = split_gen_values(gen_names, gen_vals)
-        if not (prompt_v or "").strip():
-            raise gr.Error("Type a prompt first.")
-        if settings.do_sample and settings.seed == 0:
-            settings = dataclasses.replace(settings, seed=1234)  # same seed on both sides, or sampling is not comparable
-        request_msgs = generation_request(mode_v, system_v, [], prompt_v)
+        settings, extra = playground.prompt_settings(gen_names, gen_vals, prompt_v)
+        request_msgs = playground.generation_request(mode_v, system_v, [], prompt_v)
         stop_ev = signals.fresh(request.session_hash or "")
-        yield from compare_turns(lambda side, ref: load(ref, quant_mode, side_extra(extra, side)), (ref_a, ref_b), request_msgs, settings,
-                                 chat=mode_v == "chat", stop_event=stop_ev)
+        yield from playground.compare_turns(lambda side, ref: load(ref, quant_mode, playground.side_extra(extra, side)), (ref_a, ref_b), request_msgs,
+                                            playground.compare_settings(settings), chat=mode_v == "chat", stop_event=stop_ev)
 
     def on_preset(name, *gen_vals):
-        from engine.inference.generate import apply_preset
-
-        new = apply_preset(name, split_gen_values(gen_names, gen_vals)[0])
-        return [gr.update(value=getattr_dotted(new, n)) for n in gen_names]
+        return [gr.update(value=v) for v in playground.preset_values(name, playground.split_gen_values(gen_names, gen_vals)[0], gen_names)]
 
     def on_stop(request: gr.Request) -> None:
         signals.stop(request.session_hash or "")
@@ -610,36 +497,30 @@ def chat_handlers(jobs: JobManager, allow_local_models: bool, gen_names: list[st
     return SimpleNamespace(on_send=on_send, on_regenerate=on_regenerate, on_compare=on_compare, on_preset=on_preset, on_stop=on_stop)
 
 
-def batch_eval_handlers(jobs: JobManager, allow_local_models: bool, gen_names: list[str], signals: StopSignals) -> SimpleNamespace:
+def batch_eval_handlers(jobs: JobManager, load: Any, allow_local_models: bool, gen_names: list[str], signals: StopSignals) -> SimpleNamespace:
     """Handlers of the Batch, Evaluate and Export tabs; their inputs end with the (adapter, placement, GPU budget)."""
-    load = functools.partial(load_for_playground, jobs, allow_local_models=allow_local_models)
 
-    @ui_errors_gen
+    @ui_errors
     def on_batch(request: gr.Request, ref_v, quant_mode, mode_v, text_v, file_v, micro, *gen_vals):
         from engine.inference.batch import parse_prompts
 
         prompts = parse_prompts(text_v or None, file_v)
         loaded = load(ref_v, quant_mode, tuple(gen_vals[len(gen_names):]))  # the settings are read after the load, as before
         stop_ev = signals.fresh(request.session_hash or "")
-        for line, rows, csv in batch_updates(loaded, prompts, split_gen_values(gen_names, gen_vals)[0], chat=mode_v == "chat", micro_batch=int(micro),
-                                             stop_event=stop_ev, exports_dir=jobs.runs_dir / "_exports"):
+        settings = playground.split_gen_values(gen_names, gen_vals)[0]
+        for line, rows, csv in playground.batch_updates(loaded, prompts, settings, chat=mode_v == "chat", micro_batch=int(micro), stop_event=stop_ev,
+                                                        exports_dir=jobs.runs_dir / "_exports"):
             yield line, rows, gr.update(value=str(csv), visible=True) if csv else gr.skip()
 
     @ui_errors
     def on_eval(kind, ref_a, ref_b, quant_mode, both, text_v, data_v, window, stride, *extra):
-        sides = enumerate([ref_a] + ([ref_b] if both else []))
-        return [evaluation_row(kind, load(ref, quant_mode, side_extra(extra, side)), model_label(ref, side_extra(extra, side)), text_v, data_v, window, stride)
-                for side, ref in sides]
+        refs = [ref_a] + ([ref_b] if both else [])
+        return playground.evaluation_rows(kind, lambda ref, ex: load(ref, quant_mode, ex), refs, extra, text_v, data_v, window, stride)
 
     @ui_errors
     def on_onnx(ref_v, prompts_v):
-        from engine.models.cache import MODEL_CACHE
-
-        ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
-        loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir, allow_local_paths=allow_local_models)
-        if getattr(loaded, "adapter", None):
-            raise gr.Error("This run is a LoRA adapter: merge it first (Fine-tune → Merge adapter), then export the merged model.")
-        rows, path = onnx_export_check(loaded, ref, prompts_v, jobs.runs_dir)
+        ref, loaded = playground_load.load_for_export(jobs, ref_v, allow_local_models=allow_local_models)
+        rows, path = playground.onnx_export_check(loaded, ref, prompts_v, jobs.runs_dir)
         return rows, gr.update(value=str(path), visible=True)
 
     return SimpleNamespace(on_batch=on_batch, on_eval=on_eval, on_onnx=on_onnx)
@@ -647,22 +528,20 @@ def batch_eval_handlers(jobs: JobManager, allow_local_models: bool, gen_names: l
 
 def model_list_updates(jobs: JobManager) -> tuple:
     """New choices for the playground's Model, Model B and Adapter dropdowns (runs finished since the page was built)."""
-    return (gr.update(choices=playground_models(jobs)),) * 2 + (gr.update(choices=adapter_choices(jobs)),)
+    return tuple(gr.update(choices=c) for c in choices.playground_lists(jobs))
 
 
 def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict[str, Any]:
-    from engine.models.cache import MODEL_CACHE
-
     with gr.Row():
         with gr.Column(scale=2):
-            choices = playground_models(jobs)
-            s = model_settings(jobs, choices)
+            models = choices.playground_models(jobs)
+            s = model_settings(jobs, models)
         with gr.Column(scale=3):
             with gr.Tabs():
                 with gr.Tab("Chat"):
                     c = chat_tab()
                 with gr.Tab("Compare"):
-                    cmp = compare_tab(choices)
+                    cmp = compare_tab(models)
                 with gr.Tab("Batch"):
                     b = batch_tab()
                 with gr.Tab("Evaluate"):
@@ -671,45 +550,38 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
                     x = export_tab()
     gen = list(s.gen.values())
     signals = StopSignals()
-    h, be = chat_handlers(jobs, allow_local_models, list(s.gen), signals), batch_eval_handlers(jobs, allow_local_models, list(s.gen), signals)
+    load = functools.partial(playground_load.load_for_playground, jobs, allow_local_models=allow_local_models)
+    h, be = chat_handlers(load, list(s.gen), signals), batch_eval_handlers(jobs, load, allow_local_models, list(s.gen), signals)
 
     send_inputs = [s.model, s.quant, s.mode, s.system, c.prompt, c.chat, *gen, *s.load_extra]
     chat_outputs = [c.chat, c.prompt, c.stats, s.model_info]
-    c.send.click(h.on_send, send_inputs, chat_outputs, api_name="generate", concurrency_limit=1, concurrency_id="gpu")
-    c.prompt.submit(h.on_send, send_inputs, chat_outputs, concurrency_limit=1, concurrency_id="gpu")
-    c.regen.click(h.on_regenerate, [c.chat], [c.chat, c.prompt], queue=False).success(h.on_send, send_inputs, chat_outputs, concurrency_limit=1,
-                                                                                      concurrency_id="gpu")
+    c.send.click(h.on_send, send_inputs, chat_outputs, api_name="generate", **GPU)
+    c.prompt.submit(h.on_send, send_inputs, chat_outputs, **GPU)
+    c.regen.click(h.on_regenerate, [c.chat], [c.chat, c.prompt], queue=False).success(h.on_send, send_inputs, chat_outputs, **GPU)
     c.stop.click(h.on_stop, None, None, queue=False, api_name="stop_generation")
     c.clear.click(lambda: ([], ""), None, [c.chat, c.stats], queue=False)
-    cmp.btn.click(h.on_compare, [s.model, cmp.model_b, s.quant, s.mode, s.system, cmp.prompt, *gen, *s.load_extra], cmp.outputs,
-                  api_name="compare", concurrency_limit=1, concurrency_id="gpu")
+    cmp.btn.click(h.on_compare, [s.model, cmp.model_b, s.quant, s.mode, s.system, cmp.prompt, *gen, *s.load_extra], cmp.outputs, api_name="compare", **GPU)
     cmp.stop.click(h.on_stop, None, None, queue=False)
     s.refresh.click(lambda: model_list_updates(jobs), None, [s.model, cmp.model_b, s.adapter], queue=False)
-    s.unload.click(lambda: f"Unloaded {MODEL_CACHE.unload_all()} model(s).", None, [s.model_info], api_name="unload_models")
+    s.unload.click(lambda: f"Unloaded {playground_load.unload_models()} model(s).", None, [s.model_info], api_name="unload_models")
     s.preset.input(h.on_preset, [s.preset, *gen], gen, queue=False)
-    x.btn.click(be.on_onnx, [s.model, x.prompts], x.outputs, api_name="export_onnx", concurrency_limit=1, concurrency_id="gpu")
-    b.btn.click(be.on_batch, [s.model, s.quant, s.mode, b.text, b.file, b.size, *gen, *s.load_extra], b.outputs,
-                api_name="batch_generate", concurrency_limit=1, concurrency_id="gpu")
+    x.btn.click(be.on_onnx, [s.model, x.prompts], x.outputs, api_name="export_onnx", **GPU)
+    b.btn.click(be.on_batch, [s.model, s.quant, s.mode, b.text, b.file, b.size, *gen, *s.load_extra], b.outputs, api_name="batch_generate", **GPU)
     b.stop.click(h.on_stop, None, None, queue=False)
     eval_inputs = [s.model, cmp.model_b, s.quant, e.both, e.text, e.data, e.window, e.stride, *s.load_extra]
-    e.ppl_btn.click(functools.partial(be.on_eval, "ppl"), eval_inputs, [e.out], api_name="perplexity", concurrency_limit=1, concurrency_id="gpu")
-    e.acc_btn.click(functools.partial(be.on_eval, "acc"), eval_inputs, [e.out], api_name="task_accuracy", concurrency_limit=1, concurrency_id="gpu")
+    e.ppl_btn.click(functools.partial(be.on_eval, "ppl"), eval_inputs, [e.out], api_name="perplexity", **GPU)
+    e.acc_btn.click(functools.partial(be.on_eval, "acc"), eval_inputs, [e.out], api_name="task_accuracy", **GPU)
     return {"model": s.model, "model_b": cmp.model_b, "adapter": s.adapter}
 
 
-# --------------------------------------------------------------------------------------------------
-# The page
-# --------------------------------------------------------------------------------------------------
-
+# ---- The page ------------------------------------------------------------------------------------
 
 def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool = False) -> gr.Blocks:
     """The whole page. allow_local_models lets the playground load model folders from this machine's disk: only for a
     local, trusted `python app.py --allow-local-models`, never on a public link. owner_only: only the browser that
     started a run may stop, resume or delete it (a public link, a Space)."""
-    runs_dir = Path(runs_dir)
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    upload_dir = runs_dir / "_uploads"
-    upload_dir.mkdir(exist_ok=True)
+    runs_dir, upload_dir = Path(runs_dir), Path(runs_dir) / "_uploads"
+    upload_dir.mkdir(parents=True, exist_ok=True)
     jobs = JobManager(runs_dir, owner_only=owner_only)  # shared by every browser session (its own lock serializes start/stop)
     with gr.Blocks(title="Compact LLM Lab") as demo:
         # This browser's key (engine/training/jobs.py "Who may stop a run"), kept in its local storage so that it survives reloads,
@@ -730,7 +602,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
 
         @ui_errors
         def copy_to_finetune(pick_n, *vals):
-            values, rank = finetune_values(est["query_of"](vals[0], *vals[2:]), vals[1], pick_n)
+            values, rank = estimate_view.finetune_values(est["query_of"](vals[0], *vals[2:]), vals[1], pick_n)
             gr.Info("Copied to the Fine-tune form" + (f" with suggestion #{rank}" if rank is not None else "") + ".")
             return [gr.update(value=values[n]) if n in values else gr.skip() for n in form]
 
@@ -764,8 +636,6 @@ def main(argv: list[str] | None = None) -> None:
                      "model folders on this machine.")
     if args.runs_dir:
         os.environ["COMPACT_LAB_RUNS"] = args.runs_dir
-    from engine.refs import default_runs_dir
-
     runs_dir = default_runs_dir()
     demo = build_app(runs_dir, allow_local_models=args.allow_local_models, owner_only=shared_app(args.share))
     demo.queue(default_concurrency_limit=1)

@@ -41,6 +41,12 @@ def playground_models(jobs: JobManager) -> list[str]:
     return out + [m.hf_id for m in catalog() if m.hf_id]
 
 
+def playground_lists(jobs: JobManager) -> tuple[list[str], list[str], list[str]]:
+    """The choices of the playground's Model, Model B and Adapter dropdowns."""
+    models = playground_models(jobs)
+    return models, models, adapter_choices(jobs)
+
+
 def adapter_choices(jobs: JobManager) -> list[str]:
     """NO_ADAPTER, then every finished run that saved a LoRA adapter."""
     return [NO_ADAPTER] + [f"run:{s.name}" for s in jobs.finished_runs() if (jobs.runs_dir / s.name / "adapter" / "adapter_config.json").exists()]

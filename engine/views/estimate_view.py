@@ -4,6 +4,7 @@ for a query (with one of those changes applied)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -36,6 +37,15 @@ def estimate_outputs(q: MemoryQuery, tier: str) -> tuple[str, pd.DataFrame, list
     except EngineError as exc:
         lim, fit_rows = f"⚠ {exc}", []
     return md, chart_df, rows, tier_rows, lim, fit_rows
+
+
+def estimate_or_warning(query: Callable[[], MemoryQuery], tier: str) -> tuple[Any, ...]:
+    """estimate_outputs for the query that query() makes; an engine error (making the query or estimating it) is shown in
+    place of the totals and the other outputs are emptied: the panel updates as the form changes and never raises."""
+    try:
+        return estimate_outputs(query(), tier)
+    except EngineError as exc:
+        return f"**⚠ {exc}**", None, None, None, "", None
 
 
 def finetune_values(q: MemoryQuery, tier: str, pick: int | None) -> tuple[dict[str, Any], int | None]:

@@ -1,12 +1,17 @@
 """The Fine-tune form without its widgets: which TrainConfig fields it shows where and with which defaults, the
-config its values make, the live memory prediction for it, and the command that reproduces it headless."""
+config its values make, the live memory prediction for it, the command that reproduces it headless, the data check's
+tables and the hardware preset's values."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from engine.config import TrainConfig
+from engine.errors import EngineError
 from engine.estimator import memory
 from engine.estimator.handoff import check_ui_train_config
 from engine.fields import from_flat
@@ -72,6 +77,15 @@ def memory_prediction(cfg: TrainConfig) -> tuple[str, str | None]:
             + ("" if verdict == "fits" else " — the Memory estimator's *Make it fit* lists the cheapest changes.")), verdict
 
 
+def prediction_or_warning(config: Callable[[], TrainConfig]) -> str:
+    """memory_prediction's text for the config that config() makes; an engine error (making the config or predicting)
+    as a warning line instead: the prediction updates as the form changes and never raises."""
+    try:
+        return memory_prediction(config())[0]
+    except EngineError as exc:
+        return f"⚠ {exc}"
+
+
 def reproduce_command(cfg: TrainConfig) -> str:
     """The run's config as YAML, headed by the commands that train it without the app (one GPU, then two)."""
     from engine.hardware.distributed import launch_command
@@ -79,3 +93,22 @@ def reproduce_command(cfg: TrainConfig) -> str:
     return (f"# save as run.yaml, then:\n#   python -m engine train --config run.yaml\n"
             f"# on 2 GPUs (one process each; each step then sees 2x the effective batch; see docs/multi_gpu.md):\n"
             f"#   {launch_command('run.yaml', 2)}\n{config_yaml(cfg)}")
+
+
+def data_check(cfg: TrainConfig, runs_dir: Path) -> tuple[str, list[list[Any]], pd.DataFrame, list[list[Any]]]:
+    """The data check of the form's dataset: summary, first rows (row, text as the model sees it, tokens, trained
+    tokens), token-length histogram and dropped rows."""
+    from engine.training.data_check import inspect_dataset
+
+    ins = inspect_dataset(cfg, runs_dir)
+    rows = [[p["row"], p["text"], p["n_tokens"], p["n_trainable"]] for p in ins.preview]
+    return ins.summary, rows, pd.DataFrame(ins.histogram, columns=["tokens", "rows"]), ins.dropped or []
+
+
+def preset_values(values: dict[str, Any], tier: str | None) -> tuple[str, dict[str, Any]]:
+    """The hardware preset (recipes.AUTO when none is picked) adapted to the form's base model: (explanation, the form
+    values it sets)."""
+    from engine.estimator.recipes import AUTO, apply_recipe
+
+    applied = apply_recipe(values, tier or AUTO, values["base_model"])
+    return applied.explanation, applied.values

@@ -1,9 +1,12 @@
-"""The Playground panel without its widgets: the request sent to the model (chat or completion), a chat turn and a
-comparison as they stream, with the stats line under each; the loaded model's line, regenerate's last turn, and the
-rows of the Batch, Evaluate and Export tabs."""
+"""The Playground panel without its widgets: the generation settings from the form and a decoding preset applied on
+them, the request sent to the model (chat or completion), a chat turn and a comparison as they stream, with the
+stats line under each; the loaded model's line, regenerate's last turn, and the rows of the Batch, Evaluate and
+Export tabs."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -11,7 +14,36 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import GenerationSettings
+from engine.errors import GenerationError
+from engine.fields import from_flat
 from engine.views.choices import NO_ADAPTER
+
+
+def split_gen_values(gen_names: list[str], gen_vals: tuple) -> tuple[GenerationSettings, tuple]:
+    """The generation settings, and the (adapter, placement, GPU budget) inputs that follow them (optional over the API)."""
+    return from_flat(GenerationSettings, dict(zip(gen_names, gen_vals[: len(gen_names)], strict=True))), tuple(gen_vals[len(gen_names):])
+
+
+def prompt_settings(gen_names: list[str], gen_vals: tuple, prompt: str | None) -> tuple[GenerationSettings, tuple]:
+    """split_gen_values for a generation from a prompt, refused when the prompt is empty."""
+    settings, extra = split_gen_values(gen_names, gen_vals)
+    if not (prompt or "").strip():
+        raise GenerationError("Type a prompt first.")
+    return settings, extra
+
+
+def compare_settings(settings: GenerationSettings) -> GenerationSettings:
+    """The settings for Compare: sampling with a random seed (0) gets a fixed one, the same on both sides, or the two
+    answers are not comparable."""
+    return dataclasses.replace(settings, seed=1234) if settings.do_sample and settings.seed == 0 else settings
+
+
+def preset_values(name: str, settings: GenerationSettings, gen_names: list[str]) -> list[Any]:
+    """The decoding preset applied on the current settings: the new value of each (dotted) field in gen_names."""
+    from engine.inference.generate import apply_preset
+
+    new = apply_preset(name, settings)
+    return [functools.reduce(getattr, n.split("."), new) for n in gen_names]
 
 
 def generation_request(mode: str, system: str, history: list[dict[str, Any]], prompt: str) -> Any:
@@ -130,6 +162,14 @@ def evaluation_row(kind: str, loaded: Any, label: str, text: str | None, dataset
         return [label, "perplexity", round(res.ppl, 3), res.summary()]
     score = task_accuracy(loaded)
     return [label, "date-task accuracy", round(score.accuracy, 3), score.summary()]
+
+
+def evaluation_rows(kind: str, load: Callable[[str, tuple], Any], refs: list[str], extra: tuple, text: str | None, dataset: str, window: float,
+                    stride: float) -> list[list[Any]]:
+    """The Evaluate table: one row per model (A, then B when asked), each loaded by load(ref, extra) in turn; the adapter
+    in extra goes on model A only."""
+    return [evaluation_row(kind, load(ref, side_extra(extra, side)), model_label(ref, side_extra(extra, side)), text, dataset, window, stride)
+            for side, ref in enumerate(refs)]
 
 
 def onnx_export_check(loaded: Any, ref: str, prompts_text: str | None, runs_dir: Path) -> tuple[list[list[Any]], Path]:

@@ -1,5 +1,6 @@
 """Loading a model for the Playground: a checked reference, an optional adapter, a placement (one device or
-accelerate's auto offload with a GPU budget), and a refusal when a running training run leaves no room for it."""
+accelerate's auto offload with a GPU budget), and a refusal when a running training run leaves no room for it; and
+loading one for the ONNX export (unquantized, no adapter); unloading them all."""
 
 from __future__ import annotations
 
@@ -41,3 +42,21 @@ def load_for_playground(jobs: JobManager, ref_v: str, quant_mode: str, extra: tu
     # bitsandbytes CPU layout is safe here (engine/models/bnb_safety.py explains the hazard it poses to training).
     return MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True, adapter=adapter_ref,
                                    device_map=device_map, max_memory=max_memory, allow_local_paths=allow_local_models)
+
+
+def load_for_export(jobs: JobManager, ref_v: str, *, allow_local_models: bool = False) -> tuple[str, Any]:
+    """The checked reference and its model loaded unquantized for the ONNX export; a LoRA adapter run is refused."""
+    from engine.models.cache import MODEL_CACHE
+
+    ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
+    loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir, allow_local_paths=allow_local_models)
+    if getattr(loaded, "adapter", None):
+        raise EngineError("This run is a LoRA adapter: merge it first (Fine-tune → Merge adapter), then export the merged model.")
+    return ref, loaded
+
+
+def unload_models() -> int:
+    """Unload every model the playground has cached (frees their memory); how many there were."""
+    from engine.models.cache import MODEL_CACHE
+
+    return MODEL_CACHE.unload_all()

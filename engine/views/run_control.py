@@ -1,5 +1,5 @@
-"""What the Fine-tune panel's run buttons do: stop, resume, retry after an out-of-memory, delete, download and merge
-a run, each refused with a message when no run is picked or when this browser may not control the run; each returns
+"""What the Fine-tune panel's run buttons do: stop, resume, retry after an out-of-memory, delete, download, merge
+and push a run, each refused with a message when no run is picked or when this browser may not control the run; each returns
 what the page shows."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.errors import JobError
+from engine.errors import EngineError, JobError
 from engine.runs import run_path
 
 if TYPE_CHECKING:
@@ -67,3 +67,22 @@ def merge_finished_run(jobs: JobManager, name: str | None) -> str:
         raise JobError(f"Run '{name}' has not finished; merge needs its final adapter.")
     out = merge_adapter(run_path(jobs.runs_dir, name), runs_dir=jobs.runs_dir)
     return f"Merged model saved in {out} (base reloaded unquantized, adapter merged, safetensors)."
+
+
+def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, private: bool, token: str) -> str:
+    """Push the run's adapter, merged or full model with a model card to the Hub, with this token only (never the
+    server's HF_TOKEN); the message to show."""
+    from engine.export.hub import push_run
+
+    name = _require(name, "Pick a finished run to push.")
+    url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private), use_env_token=False, runs_dir=jobs.runs_dir)
+    return f"✅ Pushed the {what} of **{name}** with a model card to [{url}]({url})"
+
+
+def push_default(jobs: JobManager, name: str | None) -> str | None:
+    """What to push by default for the picked run: 'model' for a full/scratch run (it has no adapter), else 'adapter';
+    None when the run cannot be read."""
+    try:
+        return "model" if name and jobs.status(name).output == "model" else "adapter"
+    except EngineError:
+        return None

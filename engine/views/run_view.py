@@ -1,11 +1,14 @@
-"""How a training run looks on the Fine-tune panel: the status text, the progress bar, the loss plot's frame, and the
-run history table and run picker."""
+"""How a training run looks on the Fine-tune panel: the status text, the progress bar, the loss plot's frame, the
+run history table and run picker, and which run a page watches when it opens."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+
+from engine.errors import EngineError
+from engine.runs import log_tail
 
 if TYPE_CHECKING:
     from engine.runs import RunSummary
@@ -18,6 +21,24 @@ STATE_ICONS = {"running": "🟢", "finished": "✅", "stopped": "⏸", "failed":
 def run_choices(jobs: JobManager) -> list[str]:
     """Every run's name, for the run picker."""
     return [s.name for s in jobs.list_runs()]
+
+
+def opening_run(jobs: JobManager) -> tuple[str | None, list[str]]:
+    """The run a page watches when it opens (the active one, else the first listed) and the run picker's choices."""
+    active, runs = jobs.active(), run_choices(jobs)
+    return active or (runs[0] if runs else None), runs
+
+
+def watched_outputs(jobs: JobManager, name: str | None) -> tuple[str, str, pd.DataFrame, str, list[list[Any]]] | None:
+    """What the timer refreshes for the watched run: status, progress bar, loss frame, log tail (40 lines) and the history
+    rows; None when no run is watched or it cannot be read (the page keeps what it shows)."""
+    if not name:
+        return None
+    try:
+        s = jobs.status(name)
+    except EngineError:
+        return None
+    return status_md(s), progress_html(s, s.last_progress), loss_frame(s.losses), log_tail(s.path, 40), history_rows(jobs)
 
 
 def history_rows(jobs: JobManager) -> list[list[Any]]:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from engine.models.compact import compact_presets
 from engine.models.references import builtin_model_dir
-from engine.views.choices import BUILTIN_DATASETS, NO_ADAPTER, PLACEMENTS, adapter_choices, playground_models, train_model_choices
+from engine.views.choices import BUILTIN_DATASETS, NO_ADAPTER, PLACEMENTS, adapter_choices, playground_lists, playground_models, train_model_choices
 
 
 def _touch(path: Path) -> None:
@@ -43,3 +43,9 @@ def test_adapters_come_from_finished_runs_that_saved_one(tmp_path):
 def test_placements_and_builtin_datasets():
     assert PLACEMENTS == {"one device": None, "auto (offload to CPU/disk)": "auto"}
     assert list(BUILTIN_DATASETS) == ["builtin:dates", "builtin:instructions", "builtin:corpus"]  # the Evaluate tab's order
+
+
+def test_playground_lists_are_the_models_twice_then_the_adapters(tmp_path):
+    jobs = _jobs(tmp_path, "lora-run")
+    models, models_b, adapters = playground_lists(jobs)
+    assert models == models_b == playground_models(jobs) and adapters == adapter_choices(jobs)

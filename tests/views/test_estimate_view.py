@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from engine.config import MemoryQuery
-from engine.errors import EngineError
-from engine.views.estimate_view import estimate_outputs, finetune_values
+from engine.errors import ConfigError, EngineError
+from engine.views.estimate_view import estimate_or_warning, estimate_outputs, finetune_values
 
 
 def test_estimate_outputs_for_a_builtin_model():
@@ -32,3 +32,14 @@ def test_finetune_values_without_and_with_a_suggestion():
     assert rank is None and values["micro_batch_size"] == 4 and values["max_seq_len"] == 128
     values, rank = finetune_values(q, "t4-16gb", 999)  # no such suggestion: the query as it is
     assert rank is None and values["micro_batch_size"] == 4
+
+
+def test_estimate_or_warning_shows_an_engine_error_in_place_of_the_totals():
+    q = MemoryQuery(model="builtin:compact-mini")
+    assert estimate_or_warning(lambda: q, "t4-16gb")[0] == estimate_outputs(q, "t4-16gb")[0]
+
+    def bad():
+        raise ConfigError("batch", 0, "at least 1")
+
+    assert estimate_or_warning(bad, "t4-16gb") == ("**⚠ batch = 0 is not allowed: at least 1.**", None, None, None, "", None)
+    assert estimate_or_warning(lambda: MemoryQuery(model="no-such/model-xyz"), "t4-16gb")[0].startswith("**⚠ ")

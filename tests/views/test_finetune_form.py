@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engine.config import TrainConfig
+from engine.errors import ConfigError
 from engine.fields import field_specs
 from engine.views.finetune_form import (
     DISTILL_ONLY,
@@ -12,7 +13,10 @@ from engine.views.finetune_form import (
     FT_MAIN,
     FT_RUN,
     FT_TRAIN,
+    data_check,
     memory_prediction,
+    prediction_or_warning,
+    preset_values,
     reproduce_command,
     train_config_from_form,
 )
@@ -51,3 +55,35 @@ def test_prediction_and_reproduce_command(tmp_path):
     assert verdict is None and "shown once the run starts" in text
     cmd = reproduce_command(cfg)
     assert cmd.startswith("# save as run.yaml, then:\n#   python -m engine train --config run.yaml\n") and "builtin:compact-mini" in cmd
+
+
+def test_prediction_or_warning(tmp_path):
+    cfg = train_config_from_form(_values(), None, None, upload_dir=tmp_path, runs_dir=tmp_path)
+    assert prediction_or_warning(lambda: cfg) == memory_prediction(cfg)[0]
+
+    def bad():
+        raise ConfigError("max_steps", -1, "at least 1")
+
+    assert prediction_or_warning(bad) == "⚠ max_steps = -1 is not allowed: at least 1."
+
+
+def test_data_check_shapes_the_preview_rows_and_the_histogram(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import engine.training.data_check as data_check_module
+
+    ins = SimpleNamespace(summary="2 rows", preview=[{"row": 0, "text": "a ⟦b⟧", "n_tokens": 5, "n_trainable": 2, "extra": 1}],
+                          histogram=[[8, 1], [16, 1]], dropped=None)
+    monkeypatch.setattr(data_check_module, "inspect_dataset", lambda cfg, runs_dir: ins)
+    summary, rows, hist, dropped = data_check(TrainConfig(), tmp_path)
+    assert summary == "2 rows" and rows == [[0, "a ⟦b⟧", 5, 2]] and dropped == []
+    assert list(hist.columns) == ["tokens", "rows"] and hist.values.tolist() == [[8, 1], [16, 1]]
+
+
+def test_preset_values_explain_and_fill_the_form():
+    from engine.estimator.recipes import AUTO, apply_recipe
+
+    values = {n: v for n, v in _values().items() if n in NAMES}
+    note, filled = preset_values(values, None)
+    applied = apply_recipe(values, AUTO, values["base_model"])
+    assert note == applied.explanation and filled == applied.values and set(filled) <= set(NAMES)

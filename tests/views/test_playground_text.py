@@ -10,15 +10,22 @@ from types import SimpleNamespace
 import pytest
 
 from engine.config import GenerationSettings
+from engine.errors import GenerationError
+from engine.fields import field_specs
 from engine.views.choices import NO_ADAPTER
 from engine.views.playground import (
     batch_line,
     chat_turn,
+    compare_settings,
     compare_turns,
     drop_last_turn,
+    evaluation_rows,
     generation_request,
     model_label,
+    preset_values,
+    prompt_settings,
     side_extra,
+    split_gen_values,
     stats_line,
 )
 
@@ -98,3 +105,48 @@ def test_the_adapter_goes_on_model_a_only():
     assert side_extra(extra, 0) == extra and side_extra(extra, 1) == (NO_ADAPTER, "one device", 0)
     assert model_label("builtin:compact-mini", extra) == "builtin:compact-mini + adapter run:lora-a"
     assert model_label("m", side_extra(extra, 1)) == "m" and model_label("m", ()) == "m"
+
+
+GEN_NAMES = [s.name for s in field_specs(GenerationSettings)]
+
+
+def _gen_vals(**over) -> tuple:
+    return tuple(over.get(n, s.default) for n, s in ((s.name, s) for s in field_specs(GenerationSettings)))
+
+
+def test_split_gen_values_and_an_empty_prompt():
+    vals = _gen_vals(max_new_tokens=7)
+    settings, extra = split_gen_values(GEN_NAMES, vals + ("run:a", "one device", 0))
+    assert settings.max_new_tokens == 7 and extra == ("run:a", "one device", 0)
+    assert split_gen_values(GEN_NAMES, vals)[1] == ()
+    assert prompt_settings(GEN_NAMES, vals, "hi") == split_gen_values(GEN_NAMES, vals)
+    for empty in ("", "  \n", None):
+        with pytest.raises(GenerationError, match="Type a prompt first."):
+            prompt_settings(GEN_NAMES, vals, empty)
+
+
+def test_compare_settings_fix_a_random_seed_only_when_sampling():
+    sampled = split_gen_values(GEN_NAMES, _gen_vals(do_sample=True, seed=0))[0]
+    assert compare_settings(sampled).seed == 1234
+    for kept in (split_gen_values(GEN_NAMES, _gen_vals(do_sample=True, seed=7))[0], split_gen_values(GEN_NAMES, _gen_vals(do_sample=False, seed=0))[0]):
+        assert compare_settings(kept) == kept
+
+
+def test_preset_values_follow_the_field_names():
+    from engine.inference.generate import apply_preset, generation_presets
+
+    name = next(iter(generation_presets()))
+    current = GenerationSettings()
+    new = apply_preset(name, current)
+    assert preset_values(name, current, GEN_NAMES) == [getattr(new, n) for n in GEN_NAMES]
+
+
+def test_evaluation_rows_load_each_side_in_turn_with_the_adapter_on_a_only(monkeypatch):
+    import engine.views.playground as pg
+
+    loads = []
+    monkeypatch.setattr(pg, "evaluation_row", lambda kind, loaded, label, text, dataset, window, stride: [label, kind, loaded, text, dataset, window, stride])
+    extra = ("run:lora-a", "one device", 0)
+    rows = evaluation_rows("ppl", lambda ref, ex: loads.append((ref, ex)) or f"loaded {ref}", ["a", "b"], extra, "t", "builtin:corpus", 0, 0)
+    assert loads == [("a", extra), ("b", (NO_ADAPTER, "one device", 0))]
+    assert rows == [["a + adapter run:lora-a", "ppl", "loaded a", "t", "builtin:corpus", 0, 0], ["b", "ppl", "loaded b", "t", "builtin:corpus", 0, 0]]

@@ -8,7 +8,16 @@ from types import SimpleNamespace
 import pytest
 
 from engine.errors import EngineError, JobError
-from engine.views.run_control import delete_run, merge_finished_run, resume_run, retry_run, stop_run, zip_for_download
+from engine.views.run_control import (
+    delete_run,
+    merge_finished_run,
+    push_default,
+    push_finished_run,
+    resume_run,
+    retry_run,
+    stop_run,
+    zip_for_download,
+)
 
 
 class FakeJobs:
@@ -65,3 +74,30 @@ def test_download_and_merge_need_a_run_and_merge_a_finished_one():
         merge_finished_run(FakeJobs(), None)
     with pytest.raises(EngineError, match="Run 'r' has not finished; merge needs its final adapter."):
         merge_finished_run(FakeJobs(), "r")
+
+
+def test_push_needs_a_run_and_says_where_it_went(monkeypatch):
+    import engine.export.hub as hub
+
+    calls = []
+    monkeypatch.setattr(hub, "push_run", lambda path, repo, **kw: calls.append((path, repo, kw)) or f"https://hf.co/{repo}")
+    with pytest.raises(JobError, match="Pick a finished run to push."):
+        push_finished_run(FakeJobs(), None, "me/m", "adapter", True, "hf_x")
+    assert calls == []
+    text = push_finished_run(FakeJobs(), "r", "me/m", "merged", 1, "hf_x")
+    assert text == "✅ Pushed the merged of **r** with a model card to [https://hf.co/me/m](https://hf.co/me/m)"
+    assert calls == [(Path("/runs/r"), "me/m", {"what": "merged", "token": "hf_x", "private": True, "use_env_token": False, "runs_dir": Path("/runs")})]
+
+
+def test_push_default_is_model_for_a_full_run_adapter_otherwise_none_when_unreadable():
+    jobs = FakeJobs()
+    outputs = {"full": "model", "lora": "adapter"}
+
+    def status(name):
+        if name not in outputs:
+            raise JobError(f"There is no run {name!r}.")
+        return SimpleNamespace(output=outputs[name])
+
+    jobs.status = status
+    assert push_default(jobs, "full") == "model" and push_default(jobs, "lora") == "adapter"
+    assert push_default(jobs, None) == "adapter" and push_default(jobs, "gone") is None

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from engine.errors import JobError
 from engine.runs import RunSummary
-from engine.views.run_view import HISTORY_HEADERS, history_rows, loss_frame, progress_html, run_choices, status_md
+from engine.views.run_view import HISTORY_HEADERS, history_rows, loss_frame, opening_run, progress_html, run_choices, status_md, watched_outputs
 
 
 def _run(**kw) -> RunSummary:
@@ -53,3 +54,31 @@ def test_loss_frame_has_numeric_axes_and_an_object_colour_column():
     assert list(df.columns) == ["step", "loss", "kind"]
     assert str(df["step"].dtype) == "int64" and str(df["loss"].dtype) == "float64" and df["kind"].dtype == object
     assert loss_frame([]).empty
+
+
+def test_opening_run_is_the_active_one_else_the_first_listed():
+    a, b = _run(name="a", state="finished"), _run(name="b", state="stopped")
+    jobs = _jobs(a, b)
+    jobs.active = lambda: None
+    assert opening_run(jobs) == ("a", ["a", "b"])
+    jobs.active = lambda: "b"
+    assert opening_run(jobs) == ("b", ["a", "b"])
+    empty = _jobs()
+    empty.active = lambda: None
+    assert opening_run(empty) == (None, [])
+
+
+def test_watched_outputs_none_without_a_readable_run(tmp_path):
+    run = _run(name="r", path=tmp_path, step=3, max_steps=10, losses=[{"step": 1, "loss": 2.0, "kind": "train"}])
+    jobs = _jobs(run)
+
+    def status(name):
+        if name != "r":
+            raise JobError(f"There is no run {name!r}.")
+        return run
+
+    jobs.status = status
+    assert watched_outputs(jobs, None) is None and watched_outputs(jobs, "gone") is None
+    md, html, frame, log, rows = watched_outputs(jobs, "r")
+    assert md == status_md(run) and html == progress_html(run, run.last_progress) and list(frame["loss"]) == [2.0]
+    assert isinstance(log, str) and rows == history_rows(jobs)
