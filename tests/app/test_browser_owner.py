@@ -27,6 +27,11 @@ def test_only_the_starting_browser_can_stop_its_run(runs_dir):
     demo.queue(default_concurrency_limit=1)
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     jobs = JobManager(runs_dir)
+    # The session's runs folder is shared: a run an earlier test watched to "finished" may still be exiting, and a
+    # start is refused while any run's process is alive (one job at a time).
+    deadline = time.time() + 120
+    while jobs.active() and time.time() < deadline:
+        time.sleep(0.5)
     try:
         with playwright_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
