@@ -45,6 +45,18 @@ def runs_dir(tmp_path_factory) -> Path:
     return runs
 
 
+def wait_for_no_live_run(runs: Path, timeout: float = 120.0) -> None:
+    """Wait until no run in `runs` has a live process. The session's runs folder is shared: a run that an earlier test
+    watched to "finished" may still be exiting, and a start is refused while any run's process is alive."""
+    import time
+
+    from engine.training.jobs import JobManager
+
+    jobs, deadline = JobManager(runs), time.time() + timeout
+    while jobs.active() and time.time() < deadline:
+        time.sleep(0.5)
+
+
 @contextlib.contextmanager
 def running_app(runs: Path, **build_kwargs):
     """The whole app, launched in-process on a free local port (as `python app.py` serves it); closed on exit."""

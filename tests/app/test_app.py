@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import running_app
+from conftest import running_app, wait_for_no_live_run
 
 gr = pytest.importorskip("gradio")
 from gradio_client import Client, handle_file  # noqa: E402
@@ -53,6 +53,7 @@ def test_bad_estimator_input_is_a_message_not_a_crash(client):
 
 
 def test_finetune_start_poll_finish_then_generate(client, runs_dir):
+    wait_for_no_live_run(runs_dir)
     values = _defaults(TrainConfig, FT_NAMES, {"max_steps": 4, "save_steps": 2, "logging_steps": 1, "run_name": "ui-lora", "eval_fraction": 0.1})
     picked = client.predict(None, *values, api_name="/start_training")  # gr.State outputs are not returned
     assert picked["value"] == "ui-lora"

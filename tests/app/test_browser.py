@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM, FLAGS
+from conftest import CHROMIUM, FLAGS, wait_for_no_live_run
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install chromium); .ci/run installs it")
@@ -51,6 +51,7 @@ def test_train_from_the_form_then_generate(page, runs_dir):
     steps = page.locator("#TrainConfig-max_steps input")
     steps.fill("6")
     steps.press("Tab")
+    wait_for_no_live_run(runs_dir)
     page.get_by_role("button", name="Start training").click()
     try:
         page.get_by_text(": finished").first.wait_for(timeout=240_000)

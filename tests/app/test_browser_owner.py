@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import CHROMIUM, FLAGS
+from conftest import CHROMIUM, FLAGS, wait_for_no_live_run
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install chromium); .ci/run installs it")
@@ -27,11 +27,7 @@ def test_only_the_starting_browser_can_stop_its_run(runs_dir):
     demo.queue(default_concurrency_limit=1)
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     jobs = JobManager(runs_dir)
-    # The session's runs folder is shared: a run an earlier test watched to "finished" may still be exiting, and a
-    # start is refused while any run's process is alive (one job at a time).
-    deadline = time.time() + 120
-    while jobs.active() and time.time() < deadline:
-        time.sleep(0.5)
+    wait_for_no_live_run(runs_dir)
     try:
         with playwright_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
