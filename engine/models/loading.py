@@ -197,7 +197,7 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM
 
-    from . import compact as _compact  # noqa: F401  (registers compact_llm with the Auto classes)
+    from . import compact  # noqa: F401  (imported for its side effect: registers compact_llm with the Auto classes)
     from .bnb_safety import disable_cpu_repack
 
     t0 = time.perf_counter()
