@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.training.jobs import JobManager
+    from ..training.jobs import JobManager
 
 NO_ADAPTER = "(none)"
 PLACEMENTS = {"one device": None, "auto (offload to CPU/disk)": "auto"}  # label -> device_map for engine.models.loading.load_model
@@ -21,7 +21,7 @@ BUILTIN_DATASETS = {
 def train_model_choices(jobs: JobManager) -> list[str]:
     """Suggestions for the base and teacher models: every built-in preset (pretrained on first use), finished runs (to
     continue from) and their merged models, then the catalog's Hub ids."""
-    from engine.models.compact import compact_presets
+    from ..models.compact import compact_presets
 
     known = playground_models(jobs)
     return [f"builtin:{p}" for p in compact_presets()] + [m for m in known if not m.startswith("builtin:")]
@@ -29,9 +29,9 @@ def train_model_choices(jobs: JobManager) -> list[str]:
 
 def playground_models(jobs: JobManager) -> list[str]:
     """Built-in models, finished runs, their merged models, then the catalog's Hub ids (downloaded when online)."""
-    from engine.estimator.catalog import catalog
-    from engine.models.compact import compact_presets
-    from engine.models.references import builtin_model_dir
+    from ..estimator.catalog import catalog
+    from ..models.compact import compact_presets
+    from ..models.references import builtin_model_dir
 
     out = [f"builtin:{p}" for p in compact_presets() if (builtin_model_dir(p, jobs.runs_dir) / "config.json").exists()]
     for s in jobs.finished_runs():

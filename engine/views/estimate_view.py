@@ -9,11 +9,11 @@ from typing import Any
 
 import pandas as pd
 
-from engine.config import MemoryQuery
-from engine.errors import EngineError
-from engine.estimator import memory
-from engine.estimator.handoff import train_values_from_query
-from engine.fields import from_flat
+from ..config import MemoryQuery
+from ..errors import EngineError
+from ..estimator import memory
+from ..estimator.handoff import train_values_from_query
+from ..fields import from_flat
 
 VERDICTS = {"fits": "fits", "tight": "tight", "no": "does not fit"}
 

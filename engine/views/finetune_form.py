@@ -10,13 +10,13 @@ from typing import Any
 
 import pandas as pd
 
-from engine.config import TrainConfig
-from engine.errors import EngineError
-from engine.estimator import memory
-from engine.estimator.handoff import check_ui_train_config
-from engine.fields import from_flat
-from engine.runs import config_yaml
-from engine.views.uploads import keep_upload
+from ..config import TrainConfig
+from ..errors import EngineError
+from ..estimator import memory
+from ..estimator.handoff import check_ui_train_config
+from ..fields import from_flat
+from ..runs import config_yaml
+from .uploads import keep_upload
 
 # The form's sections, in the order of its inputs (main fields, then the Training, LoRA, Run and Data accordions).
 FT_MAIN = ["method", "base_model", "teacher_model", "dataset"]
@@ -53,8 +53,8 @@ def train_config_from_form(values: dict[str, Any], upload_path: str | None, eval
 
 def memory_prediction(cfg: TrainConfig) -> tuple[str, str | None]:
     """(markdown, verdict) of the estimator for this form on the machine the run will use."""
-    from engine.estimator.handoff import fit_verdict, query_from_train
-    from engine.hardware.device import detect_device, dtype_name, resolve_dtype
+    from ..estimator.handoff import fit_verdict, query_from_train
+    from ..hardware.device import detect_device, dtype_name, resolve_dtype
 
     device = detect_device()
     dtype = resolve_dtype(cfg.precision, device, field="precision")
@@ -62,7 +62,7 @@ def memory_prediction(cfg: TrainConfig) -> tuple[str, str | None]:
     if cfg.base_model.startswith("run:"):
         return head + " Memory prediction: shown once the run starts (the base comes from a previous run).", None
     if cfg.method == "distill":  # the student's training plus the frozen teacher (engine/training/distill.py)
-        from engine.training.distill import estimate_distill
+        from ..training.distill import estimate_distill
 
         est = estimate_distill(cfg, dtype_name(dtype))
         if est is None:
@@ -88,7 +88,7 @@ def prediction_or_warning(config: Callable[[], TrainConfig]) -> str:
 
 def reproduce_command(cfg: TrainConfig) -> str:
     """The run's config as YAML, headed by the commands that train it without the app (one GPU, then two)."""
-    from engine.hardware.distributed import launch_command
+    from ..hardware.distributed import launch_command
 
     return (f"# save as run.yaml, then:\n#   python -m engine train --config run.yaml\n"
             f"# on 2 GPUs (one process each; each step then sees 2x the effective batch; see docs/multi_gpu.md):\n"
@@ -98,7 +98,7 @@ def reproduce_command(cfg: TrainConfig) -> str:
 def data_check(cfg: TrainConfig, runs_dir: Path) -> tuple[str, list[list[Any]], pd.DataFrame, list[list[Any]]]:
     """The data check of the form's dataset: summary, first rows (row, text as the model sees it, tokens, trained
     tokens), token-length histogram and dropped rows."""
-    from engine.training.data_check import inspect_dataset
+    from ..training.data_check import inspect_dataset
 
     ins = inspect_dataset(cfg, runs_dir)
     rows = [[p["row"], p["text"], p["n_tokens"], p["n_trainable"]] for p in ins.preview]
@@ -108,7 +108,7 @@ def data_check(cfg: TrainConfig, runs_dir: Path) -> tuple[str, list[list[Any]], 
 def preset_values(values: dict[str, Any], tier: str | None) -> tuple[str, dict[str, Any]]:
     """The hardware preset (recipes.AUTO when none is picked) adapted to the form's base model: (explanation, the form
     values it sets)."""
-    from engine.estimator.recipes import AUTO, apply_recipe
+    from ..estimator.recipes import AUTO, apply_recipe
 
     applied = apply_recipe(values, tier or AUTO, values["base_model"])
     return applied.explanation, applied.values

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.config import GenerationSettings
-from engine.errors import GenerationError
-from engine.fields import from_flat
-from engine.views.choices import NO_ADAPTER
+from ..config import GenerationSettings
+from ..errors import GenerationError
+from ..fields import from_flat
+from .choices import NO_ADAPTER
 
 
 def split_gen_values(gen_names: list[str], gen_vals: tuple) -> tuple[GenerationSettings, tuple]:
@@ -40,7 +40,7 @@ def compare_settings(settings: GenerationSettings) -> GenerationSettings:
 
 def preset_values(name: str, settings: GenerationSettings, gen_names: list[str]) -> list[Any]:
     """The decoding preset applied on the current settings: the new value of each (dotted) field in gen_names."""
-    from engine.inference.generate import apply_preset
+    from ..inference.generate import apply_preset
 
     new = apply_preset(name, settings)
     return [functools.reduce(getattr, n.split("."), new) for n in gen_names]
@@ -56,7 +56,7 @@ def generation_request(mode: str, system: str, history: list[dict[str, Any]], pr
 def chat_turn(loaded: Any, mode: str, system: str, history: list[dict[str, Any]], prompt: str, settings: GenerationSettings,
               stop_event: threading.Event) -> Iterator[tuple[list[dict[str, Any]], str]]:
     """(conversation, stats line) as the answer to `prompt` streams: first with an empty answer and "generating…"."""
-    from engine.inference.generate import stream_generate
+    from ..inference.generate import stream_generate
 
     request = generation_request(mode, system, history, prompt)
     history = history + [{"role": "user", "content": prompt}, {"role": "assistant", "content": ""}]
@@ -75,7 +75,7 @@ def compare_turns(load_side: Callable[[int, str], Any], refs: tuple[str, str], r
                   stop_event: threading.Event) -> Iterator[tuple[str, str, str, str]]:
     """(text A, stats A, text B, stats B) as the two models answer one after the other (loaded by load_side(side, ref)
     in turn, so only one has to fit in memory)."""
-    from engine.inference.generate import stream_generate
+    from ..inference.generate import stream_generate
 
     texts, lines = ["", ""], ["", ""]
     for side, ref in enumerate(refs):
@@ -123,7 +123,7 @@ def drop_last_turn(history: list[dict[str, Any]] | None) -> tuple[list[dict[str,
 def batch_updates(loaded: Any, prompts: list[str], settings: GenerationSettings, *, chat: bool, micro_batch: int, stop_event: threading.Event,
                   exports_dir: Path) -> Iterator[tuple[str, list[list[Any]], Path | None]]:
     """(progress line, table rows, CSV file) as a batch generates; the CSV is written in exports_dir once it is over."""
-    from engine.inference.batch import batch_generate, write_csv
+    from ..inference.batch import batch_generate, write_csv
 
     for prog in batch_generate(loaded, prompts, settings, chat=chat, micro_batch=micro_batch, stop_event=stop_event):
         out = None
@@ -154,7 +154,7 @@ def model_label(ref: str, extra: tuple) -> str:
 def evaluation_row(kind: str, loaded: Any, label: str, text: str | None, dataset: str, window: float, stride: float) -> list[Any]:
     """One row of the Evaluate table: perplexity ('ppl': of the text, or of the dataset when the text is empty) or the
     date task's accuracy ('acc')."""
-    from engine.inference.evaluate import dataset_perplexity, perplexity, task_accuracy
+    from ..inference.evaluate import dataset_perplexity, perplexity, task_accuracy
 
     if kind == "ppl":
         kw = {"window": int(window) or None, "stride": int(stride) or None}
@@ -175,7 +175,7 @@ def evaluation_rows(kind: str, load: Callable[[str, tuple], Any], refs: list[str
 def onnx_export_check(loaded: Any, ref: str, prompts_text: str | None, runs_dir: Path) -> tuple[list[list[Any]], Path]:
     """Export the model to ONNX in the exports folder and compare it with PyTorch on the prompts (one a line; "Hello" if
     none): the (check, value) rows, scalars only, and the model.onnx path."""
-    from engine.export.onnx import compare_onnx, export_onnx
+    from ..export.onnx import compare_onnx, export_onnx
 
     path = export_onnx(loaded, runs_dir / "_exports" / f"onnx-{ref.replace(':', '-').replace('/', '-')}", runs_dir=runs_dir)
     prompts = [p for p in (prompts_text or "").splitlines() if p.strip()] or ["Hello"]

@@ -6,27 +6,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.config import MemoryQuery, QuantSettings
-from engine.errors import EngineError
-from engine.estimator import memory
-from engine.estimator.handoff import check_ui_model_ref
-from engine.views.choices import NO_ADAPTER, PLACEMENTS
+from ..config import MemoryQuery, QuantSettings
+from ..errors import EngineError
+from ..estimator import memory
+from ..estimator.handoff import check_ui_model_ref
+from .choices import NO_ADAPTER, PLACEMENTS
 
 if TYPE_CHECKING:
-    from engine.training.jobs import JobManager
+    from ..training.jobs import JobManager
 
 
 def load_for_playground(jobs: JobManager, ref_v: str, quant_mode: str, extra: tuple = (), *, allow_local_models: bool = False) -> Any:
     """The cached model for (reference, quantization) plus the optional (adapter, placement, GPU budget)."""
-    from engine.hardware.coexist import check_room_to_generate, cuda_free_gib
-    from engine.models.cache import MODEL_CACHE
+    from ..hardware.coexist import check_room_to_generate, cuda_free_gib
+    from ..models.cache import MODEL_CACHE
 
     ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
     adapter_v, placement_v, budget = (tuple(extra) + (NO_ADAPTER, "one device", 0))[:3]
     adapter_ref = None if adapter_v in (None, "", NO_ADAPTER) else check_ui_model_ref(adapter_v, jobs.runs_dir)
     device_map, max_memory = PLACEMENTS.get(placement_v, None), None
     if device_map == "auto" and budget and float(budget) > 0:
-        from engine.hardware.device import ram_gib
+        from ..hardware.device import ram_gib
 
         # accelerate only uses the devices named here: give the CPU the machine's RAM less a margin for the app
         max_memory = {0: f"{float(budget):g}GiB", "cpu": f"{max(1.0, ram_gib() - 2):.0f}GiB"}
@@ -46,7 +46,7 @@ def load_for_playground(jobs: JobManager, ref_v: str, quant_mode: str, extra: tu
 
 def load_for_export(jobs: JobManager, ref_v: str, *, allow_local_models: bool = False) -> tuple[str, Any]:
     """The checked reference and its model loaded unquantized for the ONNX export; a LoRA adapter run is refused."""
-    from engine.models.cache import MODEL_CACHE
+    from ..models.cache import MODEL_CACHE
 
     ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
     loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir, allow_local_paths=allow_local_models)
@@ -57,6 +57,6 @@ def load_for_export(jobs: JobManager, ref_v: str, *, allow_local_models: bool = 
 
 def unload_models() -> int:
     """Unload every model the playground has cached (frees their memory); how many there were."""
-    from engine.models.cache import MODEL_CACHE
+    from ..models.cache import MODEL_CACHE
 
     return MODEL_CACHE.unload_all()

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.errors import EngineError, JobError
-from engine.runs import run_path
+from ..errors import EngineError, JobError
+from ..runs import run_path
 
 if TYPE_CHECKING:
-    from engine.training.jobs import JobManager
+    from ..training.jobs import JobManager
 
 
 def _require(name: str | None, message: str) -> str:
@@ -53,14 +53,14 @@ def delete_run(jobs: JobManager, name: str | None, owner: str | None) -> None:
 
 def zip_for_download(jobs: JobManager, name: str | None) -> Path:
     """The run's folder as a zip file in the exports folder."""
-    from engine.export.merge import zip_run
+    from ..export.merge import zip_run
 
     return zip_run(run_path(jobs.runs_dir, _require(name, "Pick a run to download.")))
 
 
 def merge_finished_run(jobs: JobManager, name: str | None) -> str:
     """Merge a finished run's adapter into its base (16-bit safetensors); the message to show."""
-    from engine.export.merge import merge_adapter
+    from ..export.merge import merge_adapter
 
     name = _require(name, "Pick a finished LoRA/QLoRA run to merge.")
     if jobs.status(name).state != "finished":
@@ -72,7 +72,7 @@ def merge_finished_run(jobs: JobManager, name: str | None) -> str:
 def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, private: bool, token: str) -> str:
     """Push the run's adapter, merged or full model with a model card to the Hub, with this token only (never the
     server's HF_TOKEN); the message to show."""
-    from engine.export.hub import push_run
+    from ..export.hub import push_run
 
     name = _require(name, "Pick a finished run to push.")
     url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private), use_env_token=False, runs_dir=jobs.runs_dir)

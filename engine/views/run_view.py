@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from engine.errors import EngineError
-from engine.runs import log_tail
+from ..errors import EngineError
+from ..runs import log_tail
 
 if TYPE_CHECKING:
-    from engine.runs import RunSummary
-    from engine.training.jobs import JobManager
+    from ..runs import RunSummary
+    from ..training.jobs import JobManager
 
 HISTORY_HEADERS = ["run", "state", "method", "base", "data", "steps", "best eval loss", "task acc", "seconds", "memory pred/meas GiB", "resumable"]
 STATE_ICONS = {"running": "🟢", "finished": "✅", "stopped": "⏸", "failed": "❌", "killed": "⚠", "created": "…"}
