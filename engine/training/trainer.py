@@ -50,7 +50,8 @@ def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: to
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm if cfg.max_grad_norm > 0 else 0.0,
         optim=OPTIMIZERS[cfg.optimizer],
-        bf16=dtype == torch.bfloat16 and not on_cpu,
+        # on CPU bf16=True is the Trainer's CPU AMP (bf16 autocast over fp32 master weights: device.master_dtype)
+        bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
         use_cpu=on_cpu,
         activation_checkpointing=cfg.grad_checkpointing,  # transformers 5 name of gradient checkpointing
