@@ -137,7 +137,7 @@ def _train_config(recipe: str, spec: dict[str, Any]) -> Any:
         method=spec["method"], base_model=spec["path"], dataset=spec["dataset"], epochs=spec["epochs"], max_steps=0,
         learning_rate=spec["lr"], micro_batch_size=1 if plain else spec["micro_batch"],
         grad_accum=spec["micro_batch"] * spec["grad_accum"] if plain else spec["grad_accum"], max_seq_len=spec["max_seq_len"],
-        precision=precision, packing=ours, eval_fraction=0.1, seed=spec["seed"], save_steps=1_000_000, logging_steps=1_000_000,
+        precision=precision, packing=ours, eval_fraction=0.1, seed=spec["seed"], save_steps=100_000, logging_steps=100_000,
     )
 
 

@@ -146,11 +146,11 @@ def precision_reason(device: DeviceInfo | None = None) -> str:
     device = device or detect_device()
     if device.kind == "cuda":
         cap = ".".join(map(str, device.capability or ()))
-        return (f"auto: bf16 on {device.name} (compute capability {cap} has bf16 units)" if device.bf16
-                else f"auto: fp16 mixed precision on {device.name} (compute capability {cap} has no bf16)")
+        return (f"auto picks bf16: {device.name} (compute capability {cap}) has bf16 units" if device.bf16
+                else f"auto picks fp16 mixed precision: {device.name} (compute capability {cap}) has no bf16")
     from .cpu_bf16 import bf16_reason
 
-    return f"auto: {'bf16' if device.bf16_fast else 'fp32'} on this CPU: {bf16_reason(device.name)}"
+    return bf16_reason(device.name)
 
 
 def master_dtype(method: str, dtype: torch.dtype, device: DeviceInfo) -> torch.dtype:

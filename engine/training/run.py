@@ -217,7 +217,7 @@ def predict_memory(cfg: TrainConfig, device: DeviceInfo, dtype: torch.dtype, mod
 
     name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
     try:
-        est = estimate(query_from_train(cfg, name, str(model_config_path) if model_config_path else None))
+        est = estimate(query_from_train(cfg, name, str(model_config_path) if model_config_path else None, on_cpu=device.kind == "cpu"))
     except EngineError as exc:
         log.info("no memory prediction: %s", exc)
         return None

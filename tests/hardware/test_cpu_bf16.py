@@ -45,8 +45,8 @@ def test_forced_answer_and_reason(monkeypatch):
     assert cpu_bf16.bf16_is_fast("any") and "COMPACT_LAB_CPU_BF16=1" in cpu_bf16.bf16_reason("any")
     monkeypatch.setenv(cpu_bf16.ENV_FORCE, "0")
     assert not cpu_bf16.bf16_is_fast("any")
-    assert precision_reason(CPU_SLOW).startswith("auto: fp32 on this CPU")
-    assert precision_reason(T4) == "auto: fp16 mixed precision on Tesla T4 (compute capability 7.5 has no bf16)"
+    assert precision_reason(CPU_SLOW) == "bf16 off: set by COMPACT_LAB_CPU_BF16=0"
+    assert precision_reason(T4) == "auto picks fp16 mixed precision: Tesla T4 (compute capability 7.5) has no bf16"
 
 
 def test_measurement_is_cached_on_disk(monkeypatch, tmp_path):
