@@ -536,7 +536,7 @@ def breakdown_rows(est: MemoryEstimate) -> list[list[Any]]:
 def detail_rows(est: MemoryEstimate) -> list[list[Any]]:
     """Rows [component, GiB] for the named physical components inside the terms (fixed costs of 4-bit training,
     autocast copies, the loss, the optimizer step), largest first."""
-    return [[k, round(v, 3)] for k, v in sorted(est.details_gib.items(), key=lambda kv: -kv[1]) if v > 0]
+    return [[k, round(v, 4)] for k, v in sorted(est.details_gib.items(), key=lambda kv: -kv[1]) if v > 0]
 
 
 def model_choices() -> list[str]:

@@ -39,8 +39,9 @@ GEN_NAMES = [s.name for s in field_specs(GenerationSettings)]
 
 def test_estimator_api(client):
     out = client.predict("builtin:compact-mini", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
-    totals, _chart, breakdown, tiers, _limits, _fit = out
-    assert "GiB" in totals and "parameters" in totals
+    totals, _chart, breakdown, tiers, _limits, _fit, runs_md, _runs_plot = out
+    assert "GiB" in totals and "parameters" in totals and "80% band" in totals and "measurements" in totals
+    assert "run" in runs_md.lower()  # "your runs": none yet, or this machine's finished runs
     rows = breakdown["data"] if isinstance(breakdown, dict) else breakdown
     assert any("weights" in str(r[0]).lower() for r in rows)
     tier_rows = tiers["data"] if isinstance(tiers, dict) else tiers

@@ -41,5 +41,5 @@ def test_estimate_or_warning_shows_an_engine_error_in_place_of_the_totals():
     def bad():
         raise ConfigError("batch", 0, "at least 1")
 
-    assert estimate_or_warning(bad, "t4-16gb") == ("**⚠ batch = 0 is not allowed: at least 1.**", None, None, None, "", None)
+    assert estimate_or_warning(bad, "t4-16gb") == ("**⚠ batch = 0 is not allowed: at least 1.**", None, None, None, "", None, "", None)
     assert estimate_or_warning(lambda: MemoryQuery(model="no-such/model-xyz"), "t4-16gb")[0].startswith("**⚠ ")
