@@ -1,16 +1,23 @@
 """Accuracy benchmark of the memory estimator against published peak-memory measurements.
 
 Not a test: it prints tables. Run `python bench/memory_accuracy.py` (add `--rows` for every row, `--json` for
-machine-readable output, `--simulate` to compare the activation model with a fake-tensor trace of the real
+machine-readable output, `--write-bands` to store the leave-one-source-out errors in
+presets/estimator_accuracy.yaml, `--simulate` to compare the activation model with a fake-tensor trace of the real
 transformers/peft code on CPU).
 
-Data: ../shared/memory/calibration.csv (path overridable with --csv). Every row gives its unit and metric; the
-table ROWS below turns a row into an estimator query, says which of our numbers is comparable to it, and which
-split it belongs to:
+Data: bench/data/memory_calibration.csv (100 published measurements, each with its source, unit and metric; path
+overridable with --csv). The table ROWS below turns a row into an estimator query, says which of our numbers is
+comparable to it, and labels it:
 
-  fit     rows used to set the calibrated coefficients in engine.estimator.memory.CAL (never reported as accuracy)
-  report  held-out rows: the accuracy table is computed on these only
+  fit     rows that were inspected while the coefficients were first shaped (kept as a label only)
+  report  rows that were not
   skip    rows that cannot be compared (vendor minimums, engines we do not model, unknown settings), with why
+
+Every fit and report row is scored three ways: with the committed coefficients (memory.CAL); in-sample (the
+coefficients of engine.estimator.accuracy.FITTED refitted on every row); and leave-one-source-out (LOSO: refitted on
+the rows of every other source, then scored on the source left out). LOSO is the honest figure: it is what the
+README and docs/memory.md quote and what the ± band of every estimate comes from. Rows of one publisher (a
+repository, a site) form one source; a blog that republishes a benchmark's numbers counts with that benchmark.
 
 Metrics: "alloc" = torch.cuda.max_memory_allocated (our allocated_gib); "reserved" = torch's reserved peak
 (our allocated + fragmentation); "smi" = nvidia-smi / NVML for the whole process (our total: + CUDA context);
@@ -19,7 +26,7 @@ measurement and our need (allocated + fragmentation + context) at that context i
 
 In the same run the accelerate rules are computed as the baseline the issue names: weights x dtype bytes for
 inference x 1.2; 4 x weights (16 bytes/param fp32, 8 for 16-bit) for training. Fits/OOM accuracy: for every
-report row and every GPU tier of presets/hardware.yaml, does "prediction <= usable" agree with
+scored row and every GPU tier of presets/hardware.yaml, does "prediction <= usable" agree with
 "measurement <= usable" (both on the row's own metric, context taken off the card where the metric excludes it)?
 """
 

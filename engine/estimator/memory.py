@@ -12,16 +12,18 @@ The model of a training step is its peak over three phases, each a sum of physic
 with static = weights + quantization constants + trainable adapter weights + optimizer state. Inference is the
 peak of the prefill (weights + KV cache of the prompt + the widest layer's working set) and of the last
 decoding step (weights + full KV cache + one layer's cache being re-concatenated). What nvidia-smi shows adds
-the allocator's unused reserve (fragmentation) and the CUDA context, which `torch.cuda.max_memory_allocated()`
-never counts.
+the allocator's unused reserve (fragmentation), the CUDA context and paged optimizer state while it is resident,
+which `torch.cuda.max_memory_allocated()` never counts. Named components inside the terms (QLoRA's fixed costs, the
+autocast copies, the loss, the optimizer step's temporary) are reported as `details_gib`.
 
 Activations are counted per decoder layer and token, op by op, from what PyTorch's autograd keeps for backward
 in the transformers 5 / peft / bitsandbytes code paths (RMSNorm keeps an fp32 copy of its input, SDPA keeps
 q, k, v, out and the log-sum-exp, a SwiGLU MLP keeps gate, act(gate) and up, a LoRA adapter keeps its input in
 the compute dtype, dropout keeps a 1-byte mask, ...). The terms were checked against a fake-tensor trace of the
 real models (bench/memory_accuracy.py --simulate) and against published peak measurements
-(../shared/memory/calibration.csv; bench/memory_accuracy.py prints the accuracy table; docs/memory.md has the
-method and its limits). The few coefficients that are fitted rather than derived live in CAL below.
+(bench/data/memory_calibration.csv; bench/memory_accuracy.py prints the accuracy table, leave-one-source-out;
+docs/memory.md has the method and its limits). The few coefficients that are fitted rather than derived live in CAL
+below; engine/estimator/accuracy.py fits them and gives every estimate its cross-validated band.
 """
 
 from __future__ import annotations

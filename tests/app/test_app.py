@@ -74,6 +74,15 @@ def test_finetune_start_poll_finish_then_generate(client, runs_dir):
     assert chat[-1]["role"] == "assistant" and "tokens/s" in stats and "loaded in" in info
 
 
+def test_estimator_shows_your_runs_after_a_run(client, runs_dir):
+    # the run of the test above finished with a recorded prediction and a measured peak
+    out = client.predict("builtin:compact-mini", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
+    runs_md, runs_plot = out[6], out[7]
+    assert "**Your runs**" in runs_md and "finished" in runs_md
+    data = runs_plot["value"]["data"] if isinstance(runs_plot, dict) and "value" in runs_plot else runs_plot["data"]
+    assert any("ui-lora" in str(row) for row in data)
+
+
 def test_upload_of_a_bad_file_is_a_clear_error(client, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"instruction": "a", "output": "b"}\n{not json\n')
