@@ -95,8 +95,13 @@ def _tier_info(query: MemoryQuery, tier: str) -> dict[str, Any]:
     from . import memory
 
     sugg = memory.make_it_fit(query, tier)
+    card = memory.tier_by_name(tier)
+    need, paged = memory.need_gib(query, card)
     return {
         "tier": tier,
+        # what this card's nvidia-smi would show: allocated + reserve + this card generation's CUDA context + paged state
+        "need_on_tier_gib": round(need + paged, 4),
+        "verdict_on_tier": memory.tier_verdict(query, card),
         "max_batch": memory.max_batch(query, tier),
         "max_seq_len": memory.max_seq_len(query, tier),
         "make_it_fit": [
