@@ -619,6 +619,8 @@ def _act_bytes(q: MemoryQuery, arch: Any) -> float:
     stored = p.master if p.task == "full" else memory.FLOAT_BYTES.get(p.storage, p.c)
     if p.autocast and p.storage not in memory.QUANT_DTYPES and stored != p.c:
         per_layer += p.c * arch.params_layer_linear / arch.n_layers  # autocast's 16-bit weight copies (traced as activations)
+    if p.autocast and p.task == "lora" and p.adapter != p.c and not q.grad_ckpt:
+        per_layer += p.c * q.lora_r * sum(m.d_in + m.d_out for m in mods)  # autocast's copies of the fp32 adapters (idem)
     return arch.n_layers * per_layer
 
 

@@ -380,6 +380,14 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     lora_keep = lora_input_bytes(arch, q, p, lora_mods) * tokens * (1 if q.grad_ckpt else arch.n_layers)
     if lora_keep:
         details["LoRA path: compute-dtype input copies and dropout masks"] = lora_keep
+    if p.autocast and adapters and p.adapter != c:
+        # Autocast caches the 16-bit cast of every trainable leaf (the fp32 adapters) for the whole forward, and autograd
+        # keeps it for grad_input until that layer's backward; with checkpointing only the recomputed layer's are alive
+        # (the fake-tensor trace shows exactly this per layer and token). A batch-independent cost.
+        head_lora = q.lora_r * (h + V) if lora_head else 0
+        copies = c * ((n_lora - head_lora) / (arch.n_layers if q.grad_ckpt else 1) + head_lora)
+        tmp += copies
+        details["16-bit copies of the fp32 LoRA adapters (autocast's cast cache)"] = copies
     g_pre = grads if q.grad_accum > 1 else 0.0
     static = {"weights": weights, "quantization constants": consts, "trainable weights": adapters, "optimizer state": opt_state}
     # Full fine-tuning: lm_head's weight gradient appears while the 16-bit gradient of the logits is alive.

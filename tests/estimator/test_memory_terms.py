@@ -45,6 +45,13 @@ def test_qlora_fixed_costs_each_have_their_line():
     assert [r[1] for r in rows] == sorted((r[1] for r in rows), reverse=True) and len(rows) == len(e.details_gib)
 
 
+def test_autocast_keeps_16_bit_copies_of_the_fp32_adapters():
+    n = L * 2 * 16 * (H + H)  # q and v, r = 16
+    assert detail(estimate(q()), "16-bit copies of the fp32 LoRA adapters") == 2 * n
+    assert detail(estimate(q(grad_ckpt=True)), "16-bit copies of the fp32 LoRA adapters") == 2 * n / L  # one recomputed layer
+    assert not any(k.startswith("16-bit copies of the fp32 LoRA") for k in estimate(q(training_precision="pure-bf16")).details_gib)
+
+
 def test_no_autocast_no_lm_head_copy_and_pure_bf16_no_upcast():
     assert not any(k.startswith("16-bit copy") for k in estimate(q(training_precision="fp32")).details_gib)
     assert not any(k.startswith("fp32 upcast") for k in estimate(q(training_precision="pure-bf16")).details_gib)
