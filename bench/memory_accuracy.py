@@ -410,9 +410,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the per-row records as JSON")
     ap.add_argument("--write-bands", action="store_true", help=f"write the LOSO errors to {accuracy.ACCURACY_FILE.relative_to(ROOT)}")
     ap.add_argument("--simulate", action="store_true", help="compare activations with a fake-tensor trace (CPU, needs peft)")
+    ap.add_argument("--simulate-peak", action="store_true", help="compare whole-step peaks with a fake-tensor trace (CPU, needs peft)")
     args = ap.parse_args(argv)
     if args.simulate:
         return simulate_main()
+    if args.simulate_peak:
+        return simulate_peak_main()
     records = run(args.csv)
     fits = cross_validate(records)
     if args.json:
@@ -599,6 +602,55 @@ def simulate_main() -> int:
     finally:
         memory.CAL.update(saved)
     print(f"median |error| {100 * statistics.median(errs):.1f}%, max {100 * max(errs):.1f}%")
+    return 0
+
+
+PEAK_CASES = [
+    ("llama-2-7b", dict(task="qlora", lora_targets="all-linear", grad_ckpt=True, batch=1, seq_len=512)),
+    ("llama-2-7b", dict(task="qlora", lora_targets="all-linear", grad_ckpt=False, batch=1, seq_len=512)),
+    ("llama-2-7b", dict(task="lora", weight_precision="bf16", lora_targets="all-linear", grad_ckpt=True, batch=2, seq_len=512)),
+    ("llama-3.1-8b", dict(task="qlora", lora_targets="all-linear", grad_ckpt=True, batch=1, seq_len=512)),
+    ("llama-3.1-8b", dict(task="qlora", lora_targets="all-linear", grad_ckpt=False, batch=2, seq_len=512)),
+]
+
+
+def simulate_peak_main() -> int:
+    """The whole training step's peak (weights, adapters, optimizer, activations, loss, lm_head copies ...) of a
+    2-layer cut of real models: the fake-tensor trace of the real transformers/peft code vs the estimator. The trace's
+    4-bit layers are bf16 stand-ins, so our quantized weights are swapped for bf16 ones and the dequantization
+    buffer (which the stand-in does not need) is left out."""
+    import warnings
+
+    import transformers
+
+    from engine.estimator import memory
+    from engine.estimator.architecture import analyze
+    from engine.estimator.catalog import catalog_lookup
+    from engine.estimator.model_config import config_from_dict
+
+    transformers.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore")
+    saved = {k: memory.CAL[k] for k in ("frozen_input_saved", "quantized_input_saved")}
+    memory.CAL.update(frozen_input_saved=0.0, quantized_input_saved=0.0)  # what torch 2.13 + bnb 0.50 do (the trace)
+    memory.estimate_by_key.cache_clear()
+    print("Whole-step peak, 2-layer cut, fused AdamW, no dropout, amp-bf16 (GiB): CPU fake-tensor trace vs estimator")
+    print(f"{'case':52s} {'trace':>7s} {'ours':>7s} {'err':>7s}")
+    try:
+        for model, over in PEAK_CASES:
+            q = MemoryQuery(model=model, optimizer="adamw", lora_dropout=0.0, **over)
+            entry = catalog_lookup(model)
+            traced = _sim_peak(config_from_dict(dict(entry.config), where=model), 2, q)["peak"]
+            arch = analyze(config_from_dict({**entry.config, **_layers_key(entry.config, 2)}, where=model), ref=model, label=model, source="")
+            parts, _phase, _paged, _n, _notes, details = memory._estimate_bytes(q, arch)
+            ours = sum(parts.values())
+            if q.task == "qlora":  # the stand-in keeps bf16 linear weights and needs no dequantized copy
+                ours += 2 * arch.params_layer_linear - parts["weights"] - parts["quantization constants"] + 4 * (arch.params_total - arch.params_layer_linear)
+                ours -= sum(v for k, v in details.items() if k.startswith("dequantized"))
+            label = f"{model} {q.task} b{q.batch} s{q.seq_len} {'ckpt' if q.grad_ckpt else 'no ckpt'}"
+            print(f"{label:52s} {traced / GIB:7.3f} {ours / GIB:7.3f} {100 * (ours - traced) / traced:+6.1f}%", flush=True)
+    finally:
+        memory.CAL.update(saved)
+        memory.estimate_by_key.cache_clear()
     return 0
 
 
