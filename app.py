@@ -123,10 +123,14 @@ def estimator_results() -> SimpleNamespace:
     fit = gr.Dataframe(headers=["#", "change", "new total GiB", "cost"], interactive=False, label="Make it fit (cheapest first)")
     with gr.Row():
         pick, copy_btn = gr.Number(value=1, precision=0, minimum=1, label="Suggestion #", scale=1), gr.Button("Use these settings in Fine-tune", scale=2)
-    return SimpleNamespace(outputs=[totals, chart, breakdown, tiers, limits, fit], pick=pick, copy_btn=copy_btn)
+    with gr.Accordion("Your runs: predicted vs measured peak on this machine", open=False):
+        runs_md = gr.Markdown()
+        runs_plot = gr.ScatterPlot(x="predicted GiB", y="measured GiB", color="device", tooltip=["run", "error %"], height=240,
+                                   title="Predicted vs measured peak (GiB)", show_label=False)
+    return SimpleNamespace(outputs=[totals, chart, breakdown, tiers, limits, fit, runs_md, runs_plot], pick=pick, copy_btn=copy_btn)
 
 
-def build_estimator(upload_dir: Path) -> dict[str, Any]:
+def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
     gr.Markdown("Will it fit? Pick a model and a job; the breakdown and the verdict per card update as you change settings.")
     with gr.Row():
         with gr.Column(scale=2):
@@ -140,7 +144,8 @@ def build_estimator(upload_dir: Path) -> dict[str, Any]:
         return from_flat(MemoryQuery, {"model": model_v, **dict(zip(names, vals, strict=True))})
 
     def on_estimate(model_v: str, tier_v: str, *vals: Any):
-        return estimate_view.estimate_or_warning(lambda: query_of(check_ui_estimator_model(model_v, upload_dir), *vals), tier_v)
+        return estimate_view.estimate_or_warning(lambda: query_of(check_ui_estimator_model(model_v, upload_dir), *vals), tier_v,
+                                                 runs_dir=jobs.runs_dir, shared=jobs.owner_only)
 
     for comp in inputs:
         comp.change(on_estimate, inputs, r.outputs, **QUIET)
@@ -592,7 +597,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
                     f"Runs are saved in `{runs_dir}`.")
         with gr.Tabs():
             with gr.Tab("Memory estimator"):
-                est = build_estimator(upload_dir)
+                est = build_estimator(upload_dir, jobs)
             with gr.Tab("Fine-tune"):
                 ft = build_finetune(jobs, upload_dir, allow_local_models)
             with gr.Tab("Playground") as pg_tab:

@@ -352,9 +352,10 @@ class MemoryQuery:
         "adapters and optimizer state included (litgpt bf16-true, torchtune); fp32: no autocast. Ignored for inference.",
         label="Training precision",
     )
-    optimizer: Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "sgd", "adafactor"] = opt(
+    optimizer: Literal["adamw", "adamw-foreach", "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "sgd", "adafactor"] = opt(
         "adamw",
-        "AdamW (fused, as transformers 5 runs it) keeps 2 states per trainable weight (8 bytes in fp32); 8-bit AdamW ~2 bytes; paged variants live in unified memory "
+        "AdamW (fused, as transformers 5 runs it) keeps 2 states per trainable weight (8 bytes in fp32); adamw-foreach (torch's default, "
+        "transformers 4's adamw_torch) adds a state-sized temporary at the step; 8-bit AdamW ~2 bytes; paged variants live in unified memory "
         "and can spill to CPU RAM; SGD (no momentum, as HF's 'sgd') none; Adafactor factored second moments.",
         label="Optimizer",
     )

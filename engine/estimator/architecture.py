@@ -85,6 +85,7 @@ class Arch:
     attn_softcap: bool = False  # tanh soft-capping of attention scores (Gemma 2)
     logit_softcap: bool = False  # tanh soft-capping of the final logits (Gemma 2)
     published_params: float | None = None
+    encoder: bool = False  # bidirectional (BERT-like): trained on every token at once, never generates
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -168,7 +169,7 @@ def analyze(cfg: Any, *, ref: str, label: str, source: str, published: float | N
     """Build the model on the meta device and measure it (no weights are allocated)."""
     import torch
     from torch import nn
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
     from transformers.pytorch_utils import Conv1D
 
     text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
@@ -177,11 +178,17 @@ def analyze(cfg: Any, *, ref: str, label: str, source: str, published: float | N
     for name, value in (("layers", n_layers), ("hidden size", hidden), ("vocab size", _get(text_cfg, "vocab_size"))):
         if not isinstance(value, int) or value < 1:
             raise ModelLoadError(f"{label}: the config's {name} is {value!r}; it must be a whole number >= 1.")
+    model_type = str(getattr(cfg, "model_type", ""))
+    if getattr(cfg, "is_encoder_decoder", False):
+        # An encoder-decoder keeps encoder states, cross-attention and two stacks: none of that is in these terms.
+        raise ModelLoadError(f"{label}: {model_type} is an encoder-decoder (seq2seq) model; the memory estimator covers decoder-only "
+                             "causal LMs and encoders (BERT-like) only.")
+    encoder = _is_encoder(cfg)
     try:
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(cfg)
+            model = (AutoModelForMaskedLM if encoder else AutoModelForCausalLM).from_config(cfg)
     except (ValueError, TypeError, AttributeError, RuntimeError, KeyError, AssertionError) as exc:
-        raise ModelLoadError(f"{label}: transformers cannot build a causal LM from this config ({type(exc).__name__}: {exc}).") from exc
+        raise ModelLoadError(f"{label}: transformers cannot build a {'masked' if encoder else 'causal'} LM from this config ({type(exc).__name__}: {exc}).") from exc
     if hasattr(model, "tie_weights"):
         model.tie_weights()  # ties as the real load would (from_config on the meta device already does; cheap)
 
@@ -272,8 +279,9 @@ def analyze(cfg: Any, *, ref: str, label: str, source: str, published: float | N
         params_layer_linear=int(layer_linear), params_layer_bias=int(layer_bias), params_other=int(other - 0),
         linears=tuple(linears), norm_type=norm_type, norms_per_layer=max(norms, 1), gated_mlp=bool(gated),
         python_gelu=act in _PYTHON_GELU, sliding_window=int(sliding) if sliding else None, sliding_layers=int(sliding_layers),
-        hidden_dropout=float(_get(text_cfg, "resid_pdrop", "hidden_dropout", "dropout", default=0.0) or 0.0),
-        attention_dropout=float(_get(text_cfg, "attn_pdrop", "attention_dropout", "dropout", default=0.0) or 0.0),
+        hidden_dropout=float(_get(text_cfg, "resid_pdrop", "hidden_dropout", "hidden_dropout_prob", "dropout", default=0.0) or 0.0),
+        attention_dropout=float(_get(text_cfg, "attn_pdrop", "attention_dropout", "attention_probs_dropout_prob", "dropout", default=0.0) or 0.0),
+        encoder=encoder,
         sdpa=bool(getattr(type(model), "_supports_sdpa", True)),
         parallel_residual=bool(getattr(text_cfg, "use_parallel_residual", False) or getattr(text_cfg, "parallel_attn", False)
                                or str(getattr(cfg, "model_type", "")) in ("phi", "gptj", "cohere")),
@@ -281,6 +289,14 @@ def analyze(cfg: Any, *, ref: str, label: str, source: str, published: float | N
         logit_softcap=getattr(text_cfg, "final_logit_softcapping", None) is not None,
         published_params=published,
     )
+
+
+def _is_encoder(cfg: Any) -> bool:
+    """A bidirectional encoder (BERT-like: a masked-LM family used without is_decoder): transformers builds its LM-head
+    class for AutoModelForCausalLM, but it is trained on every token at once and never generates."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    return str(getattr(cfg, "model_type", "")) in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(cfg, "is_decoder", False)
 
 
 def _nparams(mod: Any) -> int:

@@ -33,7 +33,8 @@ def add_estimate_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="Estimate peak GPU memory of inference / LoRA / QLoRA / full fine-tuning (no GPU needed).",
         description=__doc__.split("\n\n")[0],
         epilog="Query format: " + ", ".join(s.name for s in field_specs(MemoryQuery)) + ". Results: allocated_gib, total_gib, "
-        "breakdown_gib, params, trainable_params, tiers (fits|tight|no), notes.",
+        "breakdown_gib, details_gib, band (80%% range of allocated/total from the leave-one-source-out error, with the number "
+        "of measurements), params, trainable_params, tiers (fits|tight|no; tight = the band straddles the card), notes.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     group = p.add_argument_group("query (MemoryQuery fields)")
@@ -94,8 +95,13 @@ def _tier_info(query: MemoryQuery, tier: str) -> dict[str, Any]:
     from . import memory
 
     sugg = memory.make_it_fit(query, tier)
+    card = memory.tier_by_name(tier)
+    need, paged = memory.need_gib(query, card)
     return {
         "tier": tier,
+        # what this card's nvidia-smi would show: allocated + reserve + this card generation's CUDA context + paged state
+        "need_on_tier_gib": round(need + paged, 4),
+        "verdict_on_tier": memory.tier_verdict(query, card),
         "max_batch": memory.max_batch(query, tier),
         "max_seq_len": memory.max_seq_len(query, tier),
         "make_it_fit": [
@@ -160,7 +166,7 @@ def answer_query_line(text: str, number: int = 1, tier: str | None = None) -> di
 
 
 def _human(est: Any, result: dict[str, Any], tier: str | None) -> str:
-    from .memory import breakdown_rows
+    from .memory import breakdown_rows, detail_rows
 
     q = est.query
     lines = [
@@ -169,9 +175,14 @@ def _human(est: Any, result: dict[str, Any], tier: str | None) -> str:
         f"peak ({est.phase}): {est.allocated_gib:.2f} GiB allocated by PyTorch, {est.total_gib:.2f} GiB as nvidia-smi shows it",
         "",
     ]
+    if est.band is not None and est.band.n:
+        lo, hi = est.range_gib(est.allocated_gib)
+        lines.insert(2, f"80% band: {lo:.2f}-{hi:.2f} GiB allocated ({est.band.basis})")
     for term, gib, _why in breakdown_rows(est):
         if gib:
             lines.append(f"  {term:24s} {gib:9.3f} GiB")
+    for name, gib in detail_rows(est):
+        lines.append(f"    inside: {name}: {gib:.3f} GiB")
     lines.append("")
     lines.append("  " + "  ".join(f"{name}: {verdict}" for name, verdict in est.tiers.items()))
     if tier:

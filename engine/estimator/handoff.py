@@ -34,6 +34,8 @@ def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
         values["quant.double_quant"] = q.double_quant
     if q.optimizer in ("adamw", "adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "sgd"):
         values["optimizer"] = q.optimizer
+    elif q.optimizer == "adamw-foreach":
+        values["optimizer"] = "adamw"  # training always runs the fused AdamW: same states, no step temporary
     targets = q.lora_targets
     if isinstance(targets, (list, tuple)):
         targets = ",".join(targets)

@@ -12,16 +12,18 @@ The model of a training step is its peak over three phases, each a sum of physic
 with static = weights + quantization constants + trainable adapter weights + optimizer state. Inference is the
 peak of the prefill (weights + KV cache of the prompt + the widest layer's working set) and of the last
 decoding step (weights + full KV cache + one layer's cache being re-concatenated). What nvidia-smi shows adds
-the allocator's unused reserve (fragmentation) and the CUDA context, which `torch.cuda.max_memory_allocated()`
-never counts.
+the allocator's unused reserve (fragmentation), the CUDA context and paged optimizer state while it is resident,
+which `torch.cuda.max_memory_allocated()` never counts. Named components inside the terms (QLoRA's fixed costs, the
+autocast copies, the loss, the optimizer step's temporary) are reported as `details_gib`.
 
 Activations are counted per decoder layer and token, op by op, from what PyTorch's autograd keeps for backward
 in the transformers 5 / peft / bitsandbytes code paths (RMSNorm keeps an fp32 copy of its input, SDPA keeps
 q, k, v, out and the log-sum-exp, a SwiGLU MLP keeps gate, act(gate) and up, a LoRA adapter keeps its input in
 the compute dtype, dropout keeps a 1-byte mask, ...). The terms were checked against a fake-tensor trace of the
 real models (bench/memory_accuracy.py --simulate) and against published peak measurements
-(../shared/memory/calibration.csv; bench/memory_accuracy.py prints the accuracy table; docs/memory.md has the
-method and its limits). The few coefficients that are fitted rather than derived live in CAL below.
+(bench/data/memory_calibration.csv; bench/memory_accuracy.py prints the accuracy table, leave-one-source-out;
+docs/memory.md has the method and its limits). The few coefficients that are fitted rather than derived live in CAL
+below; engine/estimator/accuracy.py fits them and gives every estimate its cross-validated band.
 """
 
 from __future__ import annotations
@@ -35,13 +37,15 @@ from typing import Any
 from ..config import MemoryQuery
 from ..errors import ConfigError, EngineError
 from ..fields import from_dict
+from .accuracy import Band, band_for, category_of
 from .architecture import Arch, LinearSpec
 from .catalog import HardwareTier, catalog, hardware_tiers, tier_by_name
 from .model_config import arch_from_manual, resolve
+from .precision import FLOAT_BYTES, QUANT_DTYPES, PrecisionPlan, precision_plan
 
 __all__ = [
     "MemoryEstimate", "Suggestion", "estimate", "hardware_tiers", "catalog", "model_choices", "max_batch", "max_seq_len",
-    "make_it_fit", "breakdown_rows", "arch_from_manual", "query_from_json", "TERMS", "CAL",
+    "make_it_fit", "breakdown_rows", "detail_rows", "arch_from_manual", "query_from_json", "tier_verdict", "TERMS", "CAL",
 ]
 
 GIB = 2**30
@@ -49,25 +53,27 @@ GIB = 2**30
 # Coefficients that are calibrated on published measurements rather than derived from the code paths.
 # Each is a physical quantity; bench/memory_accuracy.py reports how well they do on rows not used to set them.
 CAL: dict[str, float] = {
-    # Share of the inputs of *frozen* linear layers that the measured runs kept for backward. torch 2.13's autograd
-    # frees them for a plain frozen nn.Linear (our CPU trace), yet the litgpt LoRA rows of calibration.csv grow by
-    # about half of them per token; fitted on those rows (see docs/memory.md). Errs on the safe side for our stack.
-    "frozen_input_saved": 0.5,
-    # Extra copies of the inputs of bitsandbytes 4/8-bit layers: bitsandbytes before 0.43.2 stored every 4-bit
-    # layer's input in ctx for a backward that never used it (bnb PR #1270, July 2024). Published QLoRA peaks
-    # predate the fix; fitted on the litgpt QLoRA rows, it comes out at one full copy, as that bug implies.
+    # FITTED (engine/estimator/accuracy.py FITTED; `python bench/memory_accuracy.py` refits it on every source and
+    # validates it leave-one-source-out). Share of the inputs of *frozen* linear layers that the measured runs kept
+    # for backward. torch 2.13's autograd frees them for a plain frozen nn.Linear (our CPU trace), yet the published
+    # LoRA rows without checkpointing grow by about this share of them per token. Errs on the safe side for our stack.
+    "frozen_input_saved": 0.625,
+    # NOT fitted: a mechanism with a known size. bitsandbytes before 0.43.2 stored every 4-bit layer's input in ctx
+    # for a backward that never used it (bnb PR #1270, July 2024): one full copy, which every published QLoRA peak
+    # measured before the fix includes. bitsandbytes 0.50 keeps none, so on our stack this over-estimates QLoRA
+    # without checkpointing by one layer input per 4-bit layer (safe side); with checkpointing it is one layer's worth.
     "quantized_input_saved": 1.0,
     # Logits + cross-entropy peak in bytes per token per vocabulary entry (stock HF loss, upcast to fp32):
     # the saved fp32 log-softmax, its gradient and the gradient of the upcast coexist at the start of backward.
     "loss_bytes_per_vocab": 12.0,
-    # Caching-allocator reserve beyond the allocated peak (what nvidia-smi adds): a share of the memory that
-    # comes and goes during the step (activations, logits, KV growth) and a little of the static memory.
+    # FITTED. Caching-allocator reserve beyond the allocated peak (reserved - allocated, what nvidia-smi adds): a
+    # share of the memory that comes and goes during the step (activations, logits, KV growth) and a little of the
+    # static memory.
     "frag_dynamic": 0.15,
     "frag_static": 0.02,
-    # CUDA context used for MemoryEstimate.total_gib when no card is given (torch 2.x, CUDA 12, lazy loading).
+    # FITTED. CUDA context used for MemoryEstimate.total_gib when no card is given (torch 2.x, CUDA 12, lazy module
+    # loading); the verdict per card uses the card generation's own context (presets/hardware.yaml).
     "cuda_context_gib": 0.5,
-    # Verdict margin: "fits" up to this share of a card's usable memory, "tight" up to all of it.
-    "fits_share": 0.9,
 }
 
 TERMS = (
@@ -97,7 +103,7 @@ class MemoryEstimate:
     model: str
     params: int
     trainable_params: int
-    breakdown_gib: dict[str, float]  # TERMS order; sums to total_gib (allocated = the terms above fragmentation)
+    breakdown_gib: dict[str, float]  # TERMS order; sums to total_gib (allocated = the terms above fragmentation, less paged state)
     allocated_gib: float  # torch.cuda.max_memory_allocated() at the peak
     total_gib: float  # what nvidia-smi shows: allocated + fragmentation + CUDA context
     tiers: dict[str, str]  # tier name -> fits | tight | no
@@ -105,6 +111,13 @@ class MemoryEstimate:
     phase: str = ""  # the phase where the peak happens
     spillable_gib: float = 0.0  # paged optimizer state: in GPU memory when there is room, else in CPU RAM
     effective_batch: int = 1
+    details_gib: dict[str, float] = field(default_factory=dict)  # named physical components inside the terms
+    band: Band | None = None  # where the measured peak is expected (factors of the prediction), cross-validated
+
+    def range_gib(self, value: float, fixed: float = 0.0) -> tuple[float, float]:
+        """The band around `value`; `fixed` (the CUDA context) is not scaled."""
+        low, high = (self.band.low, self.band.high) if self.band is not None else (1.0, 1.0)
+        return fixed + (value - fixed) * low, fixed + (value - fixed) * high
 
     def to_json(self) -> dict[str, Any]:
         """The CLI/JSONL result format."""
@@ -119,6 +132,12 @@ class MemoryEstimate:
             "peak_phase": self.phase,
             "spillable_gib": round(self.spillable_gib, 4),
             "effective_batch": self.effective_batch,
+            "details_gib": {k: round(v, 4) for k, v in self.details_gib.items()},
+            "band": None if self.band is None else {
+                **self.band.to_json(),
+                "allocated_gib": [round(v, 4) for v in self.range_gib(self.allocated_gib)],
+                "total_gib": [round(v, 4) for v in self.range_gib(self.total_gib, self.breakdown_gib.get("CUDA context", 0.0))],
+            },
             "notes": list(self.notes),
         }
 
@@ -133,84 +152,6 @@ class Suggestion:
     cost: str  # what it costs in speed / quality
     rank: int  # 1 = cheapest
     verdict: str = "fits"
-
-
-# --------------------------------------------------------------------------------------------------
-# Precision plan: which dtype every kind of tensor has for this query
-# --------------------------------------------------------------------------------------------------
-
-FLOAT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}  # bytes per element of the float storage dtypes
-QUANT_DTYPES = ("int8", "nf4", "fp4")  # bitsandbytes storage: linear weights quantized, the rest in 16 bits
-
-
-@dataclass(frozen=True)
-class PrecisionPlan:
-    """The dtype (in bytes) of every kind of tensor of one query."""
-
-    training: bool
-    task: str  # inference | full | lora (lora covers QLoRA: adapters on a quantized base)
-    storage: str  # fp32 | fp16 | bf16 | int8 | nf4 | fp4
-    c: int  # compute bytes (matmul inputs/outputs)
-    autocast: bool
-    residual: int  # bytes of the residual stream
-    nonquant: int  # bytes of embeddings/lm_head/norms/biases when the linear layers are quantized
-    norm_out: int  # bytes of a norm's output
-    inter: int  # bytes of the outputs of frozen linear layers (bitsandbytes casts back to the input dtype)
-    adapter: int  # LoRA adapter dtype
-    master: int  # trainable base weights (full fine-tuning)
-    notes: tuple[str, ...]
-
-
-def precision_plan(q: MemoryQuery, arch: Arch) -> PrecisionPlan:
-    """Which dtype every kind of tensor has for this query, with a note wherever a requested precision was adjusted."""
-    notes: list[str] = []
-    training = q.task != "inference"
-    tp = q.training_precision
-    wp = q.weight_precision
-    task = q.task
-    if task == "full" and wp in QUANT_DTYPES:
-        master = "bf16" if tp == "pure-bf16" else "fp32"
-        notes.append(f"Full fine-tuning cannot update {wp} weights; estimated with {master} master weights.")
-        wp = "auto"
-    if task == "qlora" and wp not in ("auto", *QUANT_DTYPES):
-        notes.append(f"QLoRA with {wp} weights is plain LoRA; estimated as LoRA on {wp} weights.")
-    if wp == "auto":
-        if task == "qlora":
-            wp = "nf4"
-        elif task == "full":
-            wp = "bf16" if tp == "pure-bf16" else "fp32"
-        elif tp == "fp32" and training:
-            wp = "fp32"
-        else:
-            wp = "fp16" if tp == "amp-fp16" else "bf16"
-    if training and tp == "pure-bf16" and wp in ("fp32", "fp16"):
-        notes.append("pure-bf16 keeps every tensor in bf16; weights counted as bf16.")
-        wp = "bf16"
-    quant = wp in QUANT_DTYPES
-    if not training:
-        c = 4 if wp == "fp32" else 2
-        return PrecisionPlan(False, "inference", wp, c, False, c, 2, c, c, 4, c, tuple(notes))
-    task = "full" if task == "full" else "lora"
-    autocast = tp in ("amp-fp16", "amp-bf16")
-    if quant:
-        c = 4 if tp == "fp32" else 2
-        # peft's prepare_model_for_kbit_training (used by train.py) casts embeddings, norms and lm_head to fp32,
-        # so the residual stream, the norms' outputs and (bitsandbytes casting back) every linear output are fp32.
-        nonquant = 2 if tp == "pure-bf16" else 4
-        residual = nonquant
-    else:
-        wb = FLOAT_BYTES[wp]
-        c = 2 if (autocast or wb == 2) else 4
-        nonquant = wb
-        residual = wb
-    if arch.norm_type == "ln" and autocast:
-        norm_out = 4  # CUDA autocast runs layer_norm in fp32
-    else:
-        norm_out = max(residual, nonquant)
-    inter = norm_out if quant else c
-    adapter = 2 if tp == "pure-bf16" else 4  # peft upcasts adapters to fp32 (autocast_adapter_dtype=True)
-    master = FLOAT_BYTES.get(wp, 4)
-    return PrecisionPlan(True, task, wp, c, autocast, residual, nonquant, norm_out, inter, adapter, master, tuple(notes))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -251,6 +192,36 @@ def _group_input_bytes(group: list[LinearSpec], t_in: int, p: PrecisionPlan) -> 
     return casts * p.c * group[0].d_in
 
 
+def _input_groups(arch: Arch, p: PrecisionPlan) -> dict[str, tuple[list[LinearSpec], int]]:
+    """The linear layers of a block grouped by the tensor they read, with that tensor's bytes per element."""
+    return {
+        "attn_in": (arch.linears_by_role("attn_in"), p.norm_out),
+        "attn_out": (arch.linears_by_role("attn_out"), p.c if p.autocast else p.inter),
+        "mlp_in": (arch.linears_by_role("mlp_in"), p.norm_out),
+        "mlp_out": (arch.linears_by_role("mlp_out"), p.inter),
+    }
+
+
+def lora_input_bytes(arch: Arch, q: MemoryQuery, p: PrecisionPlan, lora_mods: list[LinearSpec]) -> float:
+    """Bytes per token one block's LoRA path keeps for backward. peft's lora.Linear/Linear4bit forward runs
+    lora_B(lora_A(dropout(x))): lora_A keeps its input cast to the adapter dtype (fp32 adapters) or, under autocast,
+    to the compute dtype; a dropout > 0 makes that a fresh copy per adapter plus a 1-byte mask; lora_B keeps r values.
+    Without dropout or cast, adapters reading the same tensor share it."""
+    groups = _input_groups(arch, p)
+    drop = q.lora_dropout > 0
+    shared: set[str] = set()
+    total = 0.0
+    for m in lora_mods:
+        t_in = next(t for g, t in groups.values() if m in g)
+        if p.autocast or drop or t_in != p.adapter:
+            total += (p.c if p.autocast else p.adapter) * m.d_in
+        elif m.role not in shared:  # same tensor for every adapter reading this input
+            total += p.adapter * m.d_in
+            shared.add(m.role)
+        total += (m.d_in if drop else 0) + (p.c if p.autocast else p.adapter) * q.lora_r
+    return total
+
+
 def layer_activations(arch: Arch, q: MemoryQuery, p: PrecisionPlan, lora_mods: list[LinearSpec]) -> tuple[float, float]:
     """Bytes one decoder layer keeps for backward per token: (independent of seq, per token per token of seq)."""
     h, c = arch.hidden, p.c
@@ -268,26 +239,10 @@ def layer_activations(arch: Arch, q: MemoryQuery, p: PrecisionPlan, lora_mods: l
         norms = 1
     total += norms * per_norm
     # Inputs of the linear layers (needed for weight gradients; frozen ones per CAL).
-    attn_out_in = c if p.autocast else p.inter
-    groups = {
-        "attn_in": (arch.linears_by_role("attn_in"), p.norm_out),
-        "attn_out": (arch.linears_by_role("attn_out"), attn_out_in),
-        "mlp_in": (arch.linears_by_role("mlp_in"), p.norm_out),
-        "mlp_out": (arch.linears_by_role("mlp_out"), p.inter),
-    }
+    groups = _input_groups(arch, p)
     for group, t_in in groups.values():
         total += kappa * _group_input_bytes(group, t_in, p)
-    # LoRA adapters: lora_A keeps its (cast, dropped-out) input; dropout keeps a 1-byte mask; lora_B keeps r values.
-    drop = q.lora_dropout > 0
-    shared: set[str] = set()
-    for m in lora_mods:
-        t_in = next(t for g, t in groups.values() if m in g)
-        if p.autocast or drop or t_in != p.adapter:
-            total += (c if p.autocast else p.adapter) * m.d_in
-        elif m.role not in shared:  # same tensor for every adapter reading this input
-            total += p.adapter * m.d_in
-            shared.add(m.role)
-        total += (m.d_in if drop else 0) + (c if p.autocast else p.adapter) * q.lora_r
+    total += lora_input_bytes(arch, q, p, lora_mods)
     # Attention. With padding (batch > 1) transformers passes a mask and repeats k/v heads before SDPA.
     kv = arch.kv_dim if q.batch == 1 else arch.q_dim
     per_seq = 0.0
@@ -324,10 +279,15 @@ def _ctx_tokens(arch: Arch, tokens: int) -> float:
     return full_layers * tokens + arch.sliding_layers * win
 
 
-def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, float, int, list[str]]:
-    """(breakdown bytes at the peak, phase, paged bytes, trainable params, notes)."""
+def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, float, int, list[str], dict[str, float]]:
+    """(breakdown bytes at the peak, phase, paged bytes, trainable params, notes, named components in bytes)."""
     p = precision_plan(q, arch)
     notes = list(p.notes)
+    if arch.encoder:
+        if q.task == "inference":
+            raise ConfigError("task", q.task, f"a training task: {arch.model_type} is an encoder (BERT-like), it does not generate text")
+        notes.append(f"{arch.model_type} is an encoder (BERT-like): estimated as masked-LM training, logits over every token; "
+                     "a classification head has no vocabulary logits (the logits/loss term is then near zero).")
     if q.attention == "sdpa" and not arch.sdpa:
         notes.append(f"{arch.model_type} has no SDPA support in transformers: estimated with eager attention (seq x seq scores).")
     weights, consts = _weight_bytes(arch, p, q.double_quant)
@@ -360,7 +320,8 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
             phases.append(("loading", {"temporary buffers": 2.0 * max(max_lin, V * h)}))
         phase, dyn = max(phases, key=lambda kv: sum(kv[1].values()))
         out = {"weights": weights, "quantization constants": consts, **dyn}
-        return out, phase, 0.0, 0, notes
+        details = {"dequantized 4-bit weight (largest linear, compute dtype)": dequant} if dequant and dyn.get("temporary buffers") else {}
+        return out, phase, 0.0, 0, notes, details
 
     # ---- training ----
     lora_mods, lora_head, n_lora = _lora(arch, q, p)
@@ -372,6 +333,7 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     adapters = 0.0 if full else n_lora * p.adapter
     grads = trainable * grad_b
     opt_state, step_tmp, paged = _optimizer(q.optimizer, arch, trainable, grad_b, full)
+    details: dict[str, float] = {}
 
     tokens = b * s
     a_tok, a_seq = layer_activations(arch, q, p, lora_mods)
@@ -382,6 +344,8 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
         extra += c * h * tokens
     if arch.hidden_dropout > 0:
         extra += h * tokens
+    if arch.encoder:
+        extra += (2 * c + 4) * h * tokens  # the masked-LM head's transform: dense, GELU input, LayerNorm input
     if _attention(q, arch) == "eager":
         extra += c * b * s * s
     loss = (2 * c * V if q.chunked_loss else CAL["loss_bytes_per_vocab"] * V) * tokens
@@ -401,10 +365,29 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     stored = p.master if full else FLOAT_BYTES.get(p.storage, p.c)
     if p.autocast and not quant and stored != p.c:
         tmp += p.c * (arch.params_layer_linear + head_numel)
+        details["16-bit copies of the fp32 weights (autocast)"] = p.c * (arch.params_layer_linear + head_numel)
     elif quant and p.autocast and p.nonquant != p.c:
         tmp += p.c * head_numel  # prepare_model_for_kbit_training left lm_head in fp32: a 16-bit copy per step
+        details["16-bit copy of the fp32 lm_head (autocast keeps it for backward)"] = p.c * head_numel
     if quant:
-        tmp += max_lin * c  # one dequantized 4/8-bit weight in backward
+        # bitsandbytes' MatMul4Bit dequantizes the weight into a compute-dtype buffer for every many-token matmul: in
+        # forward, again for grad_input in backward, and in the checkpoint recompute; one is alive at a time.
+        tmp += max_lin * c
+        details["dequantized 4-bit weight (largest linear, compute dtype; forward, backward, recompute)"] = max_lin * c
+    if quant and p.nonquant > 2:
+        details["fp32 upcast of embeddings, norms, lm_head (prepare_model_for_kbit_training)"] = \
+            (arch.params_total - arch.params_layer_linear) * (p.nonquant - 2)
+    lora_keep = lora_input_bytes(arch, q, p, lora_mods) * tokens * (1 if q.grad_ckpt else arch.n_layers)
+    if lora_keep:
+        details["LoRA path: compute-dtype input copies and dropout masks"] = lora_keep
+    if p.autocast and adapters and p.adapter != c:
+        # Autocast caches the 16-bit cast of every trainable leaf (the fp32 adapters) for the whole forward, and autograd
+        # keeps it for grad_input until that layer's backward; with checkpointing only the recomputed layer's are alive
+        # (the fake-tensor trace shows exactly this per layer and token). A batch-independent cost.
+        head_lora = q.lora_r * (h + V) if lora_head else 0
+        copies = c * ((n_lora - head_lora) / (arch.n_layers if q.grad_ckpt else 1) + head_lora)
+        tmp += copies
+        details["16-bit copies of the fp32 LoRA adapters (autocast's cast cache)"] = copies
     g_pre = grads if q.grad_accum > 1 else 0.0
     static = {"weights": weights, "quantization constants": consts, "trainable weights": adapters, "optimizer state": opt_state}
     # Full fine-tuning: lm_head's weight gradient appears while the 16-bit gradient of the logits is alive.
@@ -419,11 +402,23 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     phase, out = max((("start of backward", start), ("end of backward", end), ("optimizer step", step)), key=lambda kv: sum(kv[1].values()))
     if q.grad_accum > 1 and full:
         notes.append("Gradient accumulation keeps all gradients between micro-batches (counted at the start of backward).")
-    return out, phase, paged, trainable, notes
+    if out.get("logits/loss"):
+        details["logits: 16-bit output + fp32 upcast + log-softmax + its gradient (loss)"] = out["logits/loss"]
+    if step_tmp and phase == "optimizer step":
+        details["optimizer step temporary (foreach: sqrt of the second moments of the largest group)"] = step_tmp
+    if paged:
+        details["paged optimizer state (unified memory: in nvidia-smi while resident, not in PyTorch's count)"] = paged
+    return out, phase, paged, trainable, notes, details
 
 
 def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool) -> tuple[float, float, float]:
     """(optimizer state counted by PyTorch, step temporary, paged state outside PyTorch's allocator) in bytes."""
+    if name == "adamw-foreach":
+        # torch AdamW without fused (torch's own default, transformers 4's adamw_torch): _multi_tensor_adamw builds
+        # sqrt(exp_avg_sq) for a whole parameter group at once. The HF Trainer's groups are "decay" (every weight
+        # matrix) and "no decay" (biases, norms): the temporary is the state-dtype size of the larger one.
+        small = arch.params_other + arch.params_layer_bias if full else 0
+        return 2.0 * param_b * n, float(param_b) * max(n - small, small), 0.0
     if name == "adamw":
         # fused AdamW (transformers 5's default on torch >= 2.8, torchtune's configs, and what our Trainer runs) updates
         # each tensor in one kernel: no temporary. The older foreach AdamW made sqrt(v) for every tensor at once, one
@@ -442,7 +437,7 @@ def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool) -> tuple
         rows_cols = (arch.hidden + arch.intermediate) * 4 * arch.n_layers * max(len(arch.linears), 1)
         state = 4.0 * rows_cols if full else 4.0 * n * 0.1
         return state, 8.0 * max((m.d_in * m.d_out for m in arch.linears), default=0), 0.0
-    raise ConfigError("optimizer", name, "adamw, adamw-8bit, paged-adamw-8bit, paged-adamw-32bit, sgd or adafactor")
+    raise ConfigError("optimizer", name, "adamw, adamw-foreach, adamw-8bit, paged-adamw-8bit, paged-adamw-32bit, sgd or adafactor")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -457,19 +452,39 @@ def fragmentation(parts: dict[str, float]) -> float:
     return CAL["frag_static"] * static + CAL["frag_dynamic"] * dynamic
 
 
-def _verdict(need_gib: float, paged_gib: float, tier: HardwareTier) -> str:
-    if need_gib + paged_gib <= CAL["fits_share"] * tier.usable_gib:
+def _verdict(need_gib: float, paged_gib: float, tier: HardwareTier, band: Band | None = None) -> str:
+    """fits: even the high end of the band fits the card's usable memory; no: even the low end does not (paged
+    optimizer state may spill to CPU RAM, so it only makes a job tight); tight: the band straddles it."""
+    low, high = (band.low, band.high) if band is not None else (1.0, 1.0)
+    var = need_gib - tier.cuda_context_gib  # the band is on what PyTorch holds; the context is the card's own
+    upper, lower = tier.cuda_context_gib + var * high, tier.cuda_context_gib + var * low
+    if upper + paged_gib <= tier.usable_gib:
         return "fits"
-    if need_gib + paged_gib <= tier.usable_gib or (paged_gib > 0 and need_gib <= tier.usable_gib):
+    if lower <= tier.usable_gib:
         return "tight"
     return "no"
+
+
+@functools.lru_cache(maxsize=1024)
+def band_of(task: str, model: str) -> Band:
+    """The cross-validated band of an estimate of `task` on `model` (engine/estimator/accuracy.py)."""
+    try:
+        return band_for(task, model)
+    except EngineError as exc:
+        return Band(1.0, 1.0, 0, category_of(task), f"no accuracy data ({exc})")
+
+
+def tier_verdict(query: MemoryQuery, tier: HardwareTier) -> str:
+    """fits | tight | no for the query on `tier` (any HardwareTier, e.g. one whose usable memory was corrected
+    from this machine's runs), with the query's band."""
+    return _verdict(*need_gib(query, tier), tier, band_of(query.task, query.model))
 
 
 def estimate(query: MemoryQuery) -> MemoryEstimate:
     """Peak memory of the job described by `query`, its breakdown, and a verdict for every hardware tier."""
     if not isinstance(query, MemoryQuery):
         raise ConfigError("query", type(query).__name__, "a MemoryQuery")
-    parts, phase, paged, trainable, notes, arch = estimate_by_key(query_key(query))
+    parts, phase, paged, trainable, notes, arch, details = estimate_by_key(query_key(query))
     allocated = sum(parts.values())
     frag = fragmentation(parts)
     breakdown = {t: 0.0 for t in TERMS}
@@ -477,10 +492,14 @@ def estimate(query: MemoryQuery) -> MemoryEstimate:
         breakdown[k] += v / GIB
     breakdown["fragmentation"] = frag / GIB
     breakdown["CUDA context"] = CAL["cuda_context_gib"]
+    # Paged optimizer state is unified memory: outside PyTorch's count, but resident on the GPU (and in nvidia-smi)
+    # while there is room; counted in what nvidia-smi shows, not in allocated.
+    breakdown["optimizer state"] += paged / GIB
+    band = band_of(query.task, query.model)
     tiers = {}
     for t in hardware_tiers():
         need = (allocated + frag) / GIB + t.cuda_context_gib
-        tiers[t.name] = _verdict(need, paged / GIB, t)
+        tiers[t.name] = _verdict(need, paged / GIB, t, band)
     notes = list(notes)
     if paged:
         notes.append(f"Paged optimizer state ({paged / GIB:.2f} GiB) lives in unified memory: not in PyTorch's count, moved to CPU RAM when the GPU is full.")
@@ -488,8 +507,9 @@ def estimate(query: MemoryQuery) -> MemoryEstimate:
         notes.append("training_precision is ignored for inference (weights are used in their own dtype).")
     return MemoryEstimate(
         query=query, model=arch.label, params=arch.params_total, trainable_params=trainable,
-        breakdown_gib=breakdown, allocated_gib=allocated / GIB, total_gib=(allocated + frag) / GIB + CAL["cuda_context_gib"],
+        breakdown_gib=breakdown, allocated_gib=allocated / GIB, total_gib=(allocated + frag + paged) / GIB + CAL["cuda_context_gib"],
         tiers=tiers, notes=notes, phase=phase, spillable_gib=paged / GIB, effective_batch=query.batch * query.grad_accum,
+        details_gib={k: v / GIB for k, v in details.items()}, band=band,
     )
 
 
@@ -499,29 +519,34 @@ def query_key(q: MemoryQuery) -> tuple:
 
 
 @functools.lru_cache(maxsize=8192)
-def estimate_by_key(key: tuple) -> tuple[dict[str, float], str, float, int, tuple[str, ...], Arch]:
-    """(bytes per term, peak phase, paged bytes, trainable params, notes, Arch) of `query_key(q)`, cached: the
-    capacity searches ask the same queries many times."""
+def estimate_by_key(key: tuple) -> tuple[dict[str, float], str, float, int, tuple[str, ...], Arch, dict[str, float]]:
+    """(bytes per term, peak phase, paged bytes, trainable params, notes, Arch, named components in bytes) of
+    `query_key(q)`, cached: the capacity searches ask the same queries many times."""
     q = MemoryQuery(**dict(zip((f.name for f in dataclasses.fields(MemoryQuery)), key, strict=True)))
     arch = resolve(q.model)
-    parts, phase, paged, trainable, notes = _estimate_bytes(q, arch)
-    return parts, phase, paged, trainable, tuple(notes), arch
+    parts, phase, paged, trainable, notes, details = _estimate_bytes(q, arch)
+    return parts, phase, paged, trainable, tuple(notes), arch, details
 
 
 def need_gib(query: MemoryQuery, tier: HardwareTier) -> tuple[float, float]:
     """(GPU memory the job needs on this tier incl. fragmentation and context, paged optimizer state) in GiB."""
-    parts, _, paged, _, _, _ = estimate_by_key(query_key(query))
+    parts, _, paged, _, _, _, _ = estimate_by_key(query_key(query))
     return (sum(parts.values()) + fragmentation(parts)) / GIB + tier.cuda_context_gib, paged / GIB
 
 
 def _fits(query: MemoryQuery, tier: HardwareTier) -> bool:
-    need, paged = need_gib(query, tier)
-    return _verdict(need, paged, tier) != "no"
+    return tier_verdict(query, tier) != "no"
 
 
 def breakdown_rows(est: MemoryEstimate) -> list[list[Any]]:
     """Rows for a table: [term, GiB (3 decimals), explanation], every term in TERMS order (zeros included)."""
     return [[term, round(est.breakdown_gib.get(term, 0.0), 3), _EXPLAIN[term]] for term in TERMS]
+
+
+def detail_rows(est: MemoryEstimate) -> list[list[Any]]:
+    """Rows [component, GiB] for the named physical components inside the terms (fixed costs of 4-bit training,
+    autocast copies, the loss, the optimizer step), largest first."""
+    return [[k, round(v, 4)] for k, v in sorted(est.details_gib.items(), key=lambda kv: -kv[1]) if v > 0]
 
 
 def model_choices() -> list[str]:
@@ -690,7 +715,7 @@ def make_it_fit(query: MemoryQuery, tier_name: str) -> list[Suggestion]:
     """
     tier = tier_by_name(tier_name)
     arch = resolve(query.model)
-    start = _verdict(*need_gib(query, tier), tier)
+    start = tier_verdict(query, tier)
     if start == "fits":
         return []
     better = ("fits",) if start == "tight" else ("fits", "tight")  # a suggestion must improve the verdict
@@ -700,7 +725,7 @@ def make_it_fit(query: MemoryQuery, tier_name: str) -> list[Suggestion]:
             continue  # halving the sequence or more is not a fix worth offering on its own
         cand = dataclasses.replace(query, **changes)
         need, paged = need_gib(cand, tier)
-        verdict = _verdict(need, paged, tier)
+        verdict = tier_verdict(cand, tier)
         if verdict in better:
             ranked.append((_COSTS[key][0], need + paged, Suggestion(desc, changes, round(need, 3), _COSTS[key][1], 0, verdict)))
     if not any(r[0] <= _COSTS["grad_ckpt"][0] and r[2].verdict == "fits" for r in ranked):
@@ -722,7 +747,7 @@ def make_it_fit(query: MemoryQuery, tier_name: str) -> list[Suggestion]:
 def _combination(query: MemoryQuery, arch: Arch, tier: HardwareTier) -> tuple[int, float, Suggestion] | None:
     """Greedy: apply the cheapest change that still helps until the job fits; shorten the sequence last."""
     q, combo, keys = query, {}, []
-    while _verdict(*need_gib(q, tier), tier) != "fits":
+    while tier_verdict(q, tier) != "fits":
         options = []
         for key, _desc, changes in _candidates(q, arch, tier):
             if key in ("seq_len", "new_tokens") or any(k in combo and k != "grad_accum" for k in changes):
@@ -755,4 +780,4 @@ def _combination(query: MemoryQuery, arch: Arch, tier: HardwareTier) -> tuple[in
     need, paged = need_gib(q, tier)
     desc = "Together: " + ", ".join(f"{k}={v}" for k, v in combo.items())
     cost = "; ".join(dict.fromkeys(_COSTS[k][1] for k in keys))
-    return max(_COSTS[k][0] for k in keys), need + paged, Suggestion(desc, combo, round(need, 3), cost, 0, _verdict(need, paged, tier))
+    return max(_COSTS[k][0] for k in keys), need + paged, Suggestion(desc, combo, round(need, 3), cost, 0, tier_verdict(q, tier))

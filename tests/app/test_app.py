@@ -39,8 +39,9 @@ GEN_NAMES = [s.name for s in field_specs(GenerationSettings)]
 
 def test_estimator_api(client):
     out = client.predict("builtin:compact-mini", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
-    totals, _chart, breakdown, tiers, _limits, _fit = out
-    assert "GiB" in totals and "parameters" in totals
+    totals, _chart, breakdown, tiers, _limits, _fit, runs_md, _runs_plot = out
+    assert "GiB" in totals and "parameters" in totals and "80% band" in totals and "measurements" in totals
+    assert "run" in runs_md.lower()  # "your runs": none yet, or this machine's finished runs
     rows = breakdown["data"] if isinstance(breakdown, dict) else breakdown
     assert any("weights" in str(r[0]).lower() for r in rows)
     tier_rows = tiers["data"] if isinstance(tiers, dict) else tiers
@@ -71,6 +72,15 @@ def test_finetune_start_poll_finish_then_generate(client, runs_dir):
     chat, _prompt, stats, info = client.predict("run:ui-lora", "none", "chat", "", "Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).", [], *gen,
                                           api_name="/generate")
     assert chat[-1]["role"] == "assistant" and "tokens/s" in stats and "loaded in" in info
+
+
+def test_estimator_shows_your_runs_after_a_run(client, runs_dir):
+    # the run of the test above finished with a recorded prediction and a measured peak
+    out = client.predict("builtin:compact-mini", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
+    runs_md, runs_plot = out[6], out[7]
+    assert "**Your runs**" in runs_md and "finished" in runs_md
+    data = runs_plot["value"]["data"] if isinstance(runs_plot, dict) and "value" in runs_plot else runs_plot["data"]
+    assert any("ui-lora" in str(row) for row in data)
 
 
 def test_upload_of_a_bad_file_is_a_clear_error(client, tmp_path):

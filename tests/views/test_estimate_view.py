@@ -41,5 +41,14 @@ def test_estimate_or_warning_shows_an_engine_error_in_place_of_the_totals():
     def bad():
         raise ConfigError("batch", 0, "at least 1")
 
-    assert estimate_or_warning(bad, "t4-16gb") == ("**⚠ batch = 0 is not allowed: at least 1.**", None, None, None, "", None)
+    assert estimate_or_warning(bad, "t4-16gb") == ("**⚠ batch = 0 is not allowed: at least 1.**", None, None, None, "", None, "", None)
     assert estimate_or_warning(lambda: MemoryQuery(model="no-such/model-xyz"), "t4-16gb")[0].startswith("**⚠ ")
+
+
+def test_totals_carry_the_band_and_the_breakdown_the_named_components():
+    q = MemoryQuery(model="llama-2-7b", task="qlora", seq_len=512, grad_ckpt=True)
+    md, chart, rows, _tiers, _limits, _fit = estimate_outputs(q, "t4-16gb")
+    assert "80% band" in md and "published QLoRA measurements" in md
+    named = [r for r in rows if str(r[0]).startswith("↳")]
+    assert any("dequantized 4-bit weight" in r[0] for r in named) and any("fp32 upcast" in r[0] for r in named)
+    assert not any(str(t).startswith("↳") for t in chart["term"])  # the chart stacks the terms only
