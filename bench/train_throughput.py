@@ -223,14 +223,33 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
         peak = (torch.cuda.max_memory_allocated() - base_alloc) if device.kind == "cuda" else rss.peak - rss.start
         useful = trainer.state.num_input_tokens_seen
         loss_after = eval_loss(model, data.evals, device, dtype)
+        accuracy = _date_accuracy(model, tokenizer, device, dtype) if cfg.dataset == "builtin:dates" else None
     return {
         "recipe": recipe, "device": device.name, "device_kind": device.kind, "dtype": dtype_name(dtype),
         "rows": len(data.train), "samples": data.report.get("train_examples"), "micro_batch": args.per_device_train_batch_size,
         "grad_accum": args.gradient_accumulation_steps, "steps": trainer.state.global_step, "seconds": seconds,
         "useful_tokens": int(useful), "expected_useful": int(useful_per_epoch * cfg.epochs),
         "tok_s": useful / seconds, "train_peak_mib": peak / 2**20, "process_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "eval_after": loss_after,
+        "eval_after": loss_after, "date_accuracy": accuracy,
     }
+
+
+def _date_accuracy(model: Any, tokenizer: Any, device: Any, dtype: Any) -> float:
+    """Exact-match accuracy on the 100 held-out items of the date task, generated greedily as the run scores it
+    (engine/inference/tasks.py), in the recipe's compute dtype."""
+    import contextlib
+
+    import torch
+
+    from engine.inference.tasks import date_items, evaluate_task
+
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if device.kind == "cpu" and dtype == torch.bfloat16
+                else contextlib.nullcontext())
+    tokenizer.padding_side = "left"
+    with autocast:
+        score = evaluate_task(model, tokenizer, date_items("test"))
+    model.train()
+    return score.accuracy
 
 
 # --------------------------------------------------------------------------------------------------
@@ -296,15 +315,15 @@ def _table(suite: str, results: list[dict[str, Any]], spec: dict[str, Any]) -> t
         f"{spec['max_seq_len']}, {spec['epochs']:g} epoch(s), lr {spec['lr']:g}, device {first['device']}, threads {spec['threads']}, "
         f"{len(by['ours'])} run(s) each (interleaved)",
         "",
-        f"| recipe | precision | rows x micro-batch x accum | optimizer steps | useful tokens | useful tok/s (max / median) | train peak ({unit}, min / median) | eval loss after |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| recipe | precision | rows x micro-batch x accum | optimizer steps | useful tokens | useful tok/s (max / median) | train peak ({unit}, min / median) | eval loss after | date-task accuracy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in recipes:
         x, m = by[r][0], stat[r]
         # tok/s: the best run is the least disturbed by other load (the table shows both)
         lines.append(f"| {LABELS[r]} | {x['dtype']} | {x['rows']} x {x['micro_batch']} x {x['grad_accum']} | {x['steps']} | {x['useful_tokens']:,} | "
                      f"{max(y['tok_s'] for y in by[r]):,.0f} / {m['tok_s'][1]:,.0f} | {m['train_peak_mib'][0]:.1f} / {m['train_peak_mib'][1]:.1f} | "
-                     f"{m['eval_after'][1]:.4f} |")
+                     f"{m['eval_after'][1]:.4f} | {_accuracy(by[r])} |")
     baselines = [r for r in ("plain", "library") if r in by]
     strongest = max(baselines, key=lambda r: stat[r]["tok_s"][1])
     ours, base = stat["ours"], stat[strongest]
@@ -324,6 +343,11 @@ def _table(suite: str, results: list[dict[str, Any]], spec: dict[str, Any]) -> t
     ]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in checks]
     return "\n".join(lines), all(ok for _, ok in checks)
+
+
+def _accuracy(runs: list[dict[str, Any]]) -> str:
+    values = [x["date_accuracy"] for x in runs if x.get("date_accuracy") is not None]
+    return " / ".join(f"{v:.0%}" for v in values) if values else "-"
 
 
 def main() -> None:
