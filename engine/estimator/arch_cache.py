@@ -4,8 +4,8 @@
 transformers: ~3 s of imports for a one-line answer. The catalog's models never change, so their `Arch` is
 measured once, written here, and read back in milliseconds; `python -m engine estimate` then answers for a
 catalog model or a built-in preset without importing torch. Each entry carries a fingerprint of the catalog
-config it was measured from and of the `Arch` fields, so an edited catalog entry or a new `Arch` field is
-measured again (and a test fails until the file is refreshed):
+config it was measured from, of the `Arch` fields and of architecture.py, so an edited catalog entry or a change
+to the measuring code is measured again (and a test fails until the file is refreshed):
 
     python -c "from engine.estimator.model_config import refresh_arch_cache; refresh_arch_cache()"
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -26,10 +27,18 @@ from .catalog import PRESETS_DIR, CatalogEntry, catalog
 CACHE_FILE = PRESETS_DIR / "catalog_arch.json"
 
 
+@functools.cache
+def _measuring_code() -> str:
+    """A hash of the code that measures an architecture (architecture.py): a change to it re-measures everything."""
+    return hashlib.sha256(Path(inspect.getfile(Arch)).read_bytes()).hexdigest()
+
+
 def fingerprint(entry: CatalogEntry) -> str:
-    """What a cached `Arch` depends on: the entry's config, name, source, published size and the Arch fields."""
+    """What a cached `Arch` depends on: the entry's config, name, source, published size, the Arch fields and the
+    code that measures it."""
     fields = [f.name for f in dataclasses.fields(Arch)] + [f.name for f in dataclasses.fields(LinearSpec)]
-    text = json.dumps([entry.name, entry.hf_id, entry.source, entry.params, dict(entry.config), fields], sort_keys=True, default=str)
+    text = json.dumps([entry.name, entry.hf_id, entry.source, entry.params, dict(entry.config), fields, _measuring_code()],
+                      sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
