@@ -258,12 +258,12 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
                                                     runs_dir=jobs.runs_dir, allow_local_models=allow_local_models)
 
     def on_predict(upload_path, *vals):
-        return finetune_form.prediction_or_warning(lambda: config_of(upload_path, *vals))
+        return finetune_form.prediction_or_warning(lambda: config_of(upload_path, *vals), jobs.runs_dir)
 
     @ui_errors
     def on_start(owner_v, upload_path, *vals):
         cfg = config_of(upload_path, *vals)
-        if finetune_form.memory_prediction(cfg)[1] == "no":
+        if finetune_form.memory_prediction(cfg, jobs.runs_dir)[1] == "no":
             gr.Warning("The estimator predicts this run will not fit in this machine's memory; it may stop with an out-of-memory error.")
         name = jobs.start(cfg, owner=owner_v)
         gr.Info(f"Started run '{name}'. You can close this tab: the run goes on and is shown again when you come back.")

@@ -124,12 +124,22 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
     if removed:
         log.warning("discarded incomplete checkpoints: %s", removed)
     started = time.time()
-    dtype = resolve_dtype(cfg.precision, device)
+    dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=_model_type(cfg, runs_dir, device))
     events.write("start", run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset,
                  resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""),
                  world_size=distributed.world_size())
     reset_peak(device)
     return RunContext(cfg, run_dir, runs_dir, device, dtype, events, main, checkpoint, started)
+
+
+def _model_type(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo) -> str | None:
+    """The base model's config.json model_type, for the dtype policy's family rule (fp32, not fp16, for families that
+    overflow in fp16 on a GPU without bf16); None on a CPU, where no rule changes anything, and for scratch runs."""
+    if device.kind != "cuda" or cfg.method == "scratch":
+        return None
+    from ..models.references import model_type_of
+
+    return model_type_of(cfg.base_model, runs_dir)
 
 
 def _clear_stale_stop(stop_file: Path) -> None:
