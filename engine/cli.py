@@ -110,7 +110,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         result = run_training(cfg, run_dir, runs_dir=runs_dir, resume=args.resume)
     except EngineError as exc:
-        events.write("error", kind="engine", message=str(exc))
+        events.write("error", kind=getattr(exc, "kind", "engine"), message=str(exc))  # "nan": the loss diverged
         raise
     except Exception as exc:  # noqa: BLE001 - record *why* the run died, then re-raise for the log
         import torch
@@ -178,11 +178,40 @@ def cmd_prepare_builtin(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from .export.merge import merge_adapter
-    from .refs import default_runs_dir
-    from .runs import run_path
+    import time
 
-    out = merge_adapter(run_path(default_runs_dir(), args.run))
+    from .export.merge import merge_adapter, merge_plan
+    from .hardware.coexist import cuda_free_gib
+    from .hardware.device import detect_device, peak_memory_gib, reset_peak
+    from .refs import default_runs_dir
+    from .runs import EventLog, run_path
+
+    runs_dir = default_runs_dir()
+    run_dir = run_path(runs_dir, args.run)
+    # The app runs merges as this command in a subprocess (engine/training/jobs.py start_merge) and shows these events.
+    events = EventLog(run_dir / "merge_events.jsonl")
+    device = detect_device()
+    try:
+        plan = merge_plan(run_dir, runs_dir, device, cuda_free_gib()) if args.device == "auto" else None
+        if args.device == "cpu" or (plan and plan.device == "cpu"):
+            from .hardware.device import DeviceInfo, ram_gib
+
+            device = DeviceInfo("cpu", "CPU", ram_gib(), True) if device.kind == "cuda" else device  # merges in fp32 on CPU
+        reason = plan.reason if plan else "merging on the CPU (asked for)"
+        events.write("merge_start", run=args.run, device=device.kind, reason=reason)
+        print(reason, flush=True)
+        t0 = time.time()
+        reset_peak(device)
+        out = merge_adapter(run_dir, dtype=args.dtype, runs_dir=runs_dir, device=device)
+    except EngineError as exc:
+        events.write("merge_error", message=str(exc))
+        raise
+    except Exception as exc:  # noqa: BLE001 - record *why* the merge died for the page, then re-raise for the log
+        events.write("merge_error", message=f"{type(exc).__name__}: {exc}")
+        raise
+    peak = peak_memory_gib(device)
+    events.write("merge_done", path=str(out), seconds=round(time.time() - t0, 1), device=device.kind,
+                 peak_gib=None if peak is None else round(peak, 3))
     print(f"merged model saved to {out}")
     return 0
 
@@ -262,6 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("merge", help="Merge a run's LoRA adapter into a 16-bit copy of its base model.")
     p.add_argument("run", help="Run name under the runs directory.")
+    p.add_argument("--device", choices=["auto", "cpu"], default="auto",
+                   help="auto: the GPU when the memory estimator says the unquantized base fits in its free memory, else the CPU.")
+    p.add_argument("--dtype", choices=["auto", "fp16", "bf16", "fp32"], default="auto",
+                   help="dtype of the saved weights (auto: bf16 on Ampere+, fp16 on older GPUs, fp32 on CPU).")
     p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser(

@@ -145,9 +145,9 @@ class EventLog:
         return event
 
 
-def read_events(run_dir: Path) -> list[dict[str, Any]]:
-    """All complete events of a run (a torn last line is ignored)."""
-    path = Path(run_dir) / "events.jsonl"
+def read_events(run_dir: Path, name: str = "events.jsonl") -> list[dict[str, Any]]:
+    """All complete events of a run (a torn last line is ignored); `name`: another event file of the run (a merge's)."""
+    path = Path(run_dir) / name
     if not path.exists():
         return []
     out = []
@@ -241,7 +241,7 @@ class RunSummary:
     measured_gib: float | None = None
     output: str | None = None  # "adapter" | "model" when finished
     error: str | None = None
-    error_kind: str | None = None  # "oom" | "engine" | "crash"
+    error_kind: str | None = None  # "oom" | "engine" | "nan" (the loss diverged) | "crash"
     resumable: bool = False
     started: float | None = None
     losses: list[dict[str, Any]] = field(default_factory=list)

@@ -24,7 +24,7 @@ import torch
 
 from ..config import QuantSettings, TrainConfig
 from ..data.build import TrainData, build_train_data
-from ..errors import ConfigError, EngineError
+from ..errors import ConfigError, EngineError, TrainingDiverged
 from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, peak_memory_gib, reset_peak, resolve_dtype
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
@@ -83,6 +83,8 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
                           mirror=mirror, distill=models.distill)
     result = built.trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
     peak = max(built.events.peak_gib, peak_memory_gib(run.device) or 0.0)
+    if built.nonfinite.step is not None:
+        _diverged(run, built)
     if built.stop.stopped:
         return _stopped(run, built, peak)
     eval_loss = _final_eval_loss(built, data)
@@ -318,6 +320,22 @@ def _stopped(run: RunContext, built: RunTrainer, peak: float) -> dict[str, Any]:
         (run.run_dir / "STOP").unlink(missing_ok=True)
     last = last_complete_checkpoint(run.run_dir)
     return run.events.write("stopped", step=built.trainer.state.global_step, checkpoint=last.name if last else None, peak_gib=round(peak, 3))
+
+
+def _diverged(run: RunContext, built: RunTrainer) -> None:
+    """Raise TrainingDiverged for a run whose loss became NaN/inf (no checkpoint of those weights was written); the
+    CLI records it as the run's `error` event, and the run can be resumed from its last complete checkpoint."""
+    built.tensorboard.close()
+    nf = built.nonfinite
+    last = last_complete_checkpoint(run.run_dir) if run.main else None
+    if run.dtype == torch.float16:
+        advice = ("fp16 overflow? Try bf16 (a GPU with compute capability 8.0+) or fp32 (precision), or a lower learning rate "
+                  f"(now {run.cfg.learning_rate:g})")
+    else:
+        advice = (f"try a lower learning rate (now {run.cfg.learning_rate:g}) or gradient clipping (max_grad_norm 1.0), "
+                  "and check the data for empty or extreme rows")
+    where = f"; the last good checkpoint is {last.name}" if last else ""
+    raise TrainingDiverged(f"{nf.what} became {'NaN' if nf.value == 'nan' else nf.value} at step {nf.step} — {advice}{where}.")
 
 
 def _final_eval_loss(built: RunTrainer, data: TrainData) -> float | None:

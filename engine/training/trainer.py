@@ -13,7 +13,7 @@ import torch
 from ..config import TrainConfig
 from ..hardware.device import DeviceInfo
 from ..runs import EventLog, config_yaml
-from .callbacks import EvalPatienceCallback, EventsCallback, StopAtLossCallback, StopFileCallback
+from .callbacks import EvalPatienceCallback, EventsCallback, NonFiniteLossCallback, StopAtLossCallback, StopFileCallback
 from .tensorboard import TB_DIRNAME, TensorBoardLogCallback, sample_prompts
 
 OPTIMIZERS = {
@@ -52,6 +52,7 @@ def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: to
         activation_checkpointing_kwargs={"use_reentrant": False} if cfg.grad_checkpointing else None,
         logging_steps=cfg.logging_steps,
         logging_first_step=True,
+        logging_nan_inf_filter=False,  # a NaN/inf loss must reach NonFiniteLossCallback, not be averaged away
         save_strategy="steps",
         save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,
@@ -83,6 +84,7 @@ class RunTrainer:
     stop: StopFileCallback
     events: EventsCallback
     tensorboard: TensorBoardLogCallback
+    nonfinite: NonFiniteLossCallback
 
 
 def build_trainer(
@@ -105,6 +107,7 @@ def build_trainer(
     from ..data.packing import PackingCollator
 
     stop_cb = StopFileCallback(run_dir / "STOP")
+    nonfinite_cb = NonFiniteLossCallback()
     events_cb = EventsCallback(events, device, mirror=mirror)
     tb_cb = _tensorboard_callback(cfg, run_dir, device, tokenizer, data.evals, events)
     extra = [EvalPatienceCallback(cfg.early_stopping_patience, events)] if cfg.early_stopping_patience > 0 else []
@@ -120,7 +123,7 @@ def build_trainer(
         eval_dataset=data.evals or None,
         data_collator=PackingCollator(tokenizer, pad_to_multiple_of=8),  # packed rows, or padded examples as before
         processing_class=tokenizer,
-        callbacks=[events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events), tb_cb, *extra],
+        callbacks=[nonfinite_cb, events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events), tb_cb, *extra],
         **extra_args,
     )
-    return RunTrainer(trainer, stop_cb, events_cb, tb_cb)
+    return RunTrainer(trainer, stop_cb, events_cb, tb_cb, nonfinite_cb)

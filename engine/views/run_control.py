@@ -59,14 +59,42 @@ def zip_for_download(jobs: JobManager, name: str | None) -> Path:
 
 
 def merge_finished_run(jobs: JobManager, name: str | None) -> str:
-    """Merge a finished run's adapter into its base (16-bit safetensors); the message to show."""
-    from ..export.merge import merge_adapter
+    """Start merging a finished run's adapter into its base (16-bit safetensors) in a subprocess, on the CPU when the
+    estimator says the GPU cannot hold the unquantized base; refused while a training run or another merge is going.
+    The message to show (the page follows the merge with `merge_status_md`)."""
+    from ..export.merge import merge_plan
+    from ..hardware.coexist import cuda_free_gib
+    from ..hardware.device import detect_device
 
     name = _require(name, "Pick a finished LoRA/QLoRA run to merge.")
-    if jobs.status(name).state != "finished":
+    s = jobs.status(name)
+    if s.state != "finished":
         raise JobError(f"Run '{name}' has not finished; merge needs its final adapter.")
-    out = merge_adapter(run_path(jobs.runs_dir, name), runs_dir=jobs.runs_dir)
-    return f"Merged model saved in {out} (base reloaded unquantized, adapter merged, safetensors)."
+    if s.output != "adapter":
+        raise JobError(f"Run '{name}' trained every weight: its model/ folder already is a complete model, nothing to merge.")
+    plan = merge_plan(s.path, jobs.runs_dir, detect_device(), cuda_free_gib())
+    jobs.start_merge(name, device=plan.device)
+    return f"Merging '{name}' in the background — {plan.reason}. The run's status shows when it is done."
+
+
+def merge_status_md(jobs: JobManager, name: str | None) -> str:
+    """One line on the run's latest merge (running, done with its folder, or failed with why); "" when there was none."""
+    if not name:
+        return ""
+    try:
+        events = jobs.merge_events(name)
+    except EngineError:
+        return ""
+    if not events:  # none yet: the merge process may still be starting
+        return "🔀 Merging the adapter… (starting)" if jobs.active_merge() == name else ""
+    last = events[-1]
+    if last.get("type") == "merge_done":
+        return f"🔀 Merged model saved in `{last.get('path')}` ({last.get('seconds')} s on the {last.get('device')}) — load `run:{name}/merged` in the Playground."
+    if last.get("type") == "merge_error":
+        return f"🔀 **Merge failed:** {last.get('message')}"
+    if jobs.active_merge() == name:
+        return f"🔀 Merging the adapter… ({last.get('reason', '')})"
+    return "🔀 The merge process ended without finishing (killed?): merge again."
 
 
 def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, private: bool, token: str) -> str:

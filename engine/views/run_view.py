@@ -38,7 +38,10 @@ def watched_outputs(jobs: JobManager, name: str | None) -> tuple[str, str, pd.Da
         s = jobs.status(name)
     except EngineError:
         return None
-    return status_md(s), progress_html(s, s.last_progress), loss_frame(s.losses), log_tail(s.path, 40), history_rows(jobs)
+    from .run_control import merge_status_md
+
+    merge = merge_status_md(jobs, name)
+    return status_md(s) + (f"\n\n{merge}" if merge else ""), progress_html(s, s.last_progress), loss_frame(s.losses), log_tail(s.path, 40), history_rows(jobs)
 
 
 def history_rows(jobs: JobManager) -> list[list[Any]]:
@@ -69,6 +72,9 @@ def status_md(s: RunSummary) -> str:
         lines.append(f"**Error:** {s.error}")
         if s.error_kind == "oom":
             lines.append("Click **Retry after OOM** to rerun with half the micro batch and twice the accumulation (same effective batch).")
+        if s.error_kind == "nan":
+            lines.append("Resume continues from the last good checkpoint with the same settings (a one-off spike may pass); to change the "
+                         "precision or the learning rate, start a new run with them.")
     if s.resumable:
         lines.append("This run can be resumed from its last checkpoint (Resume).")
     return "\n\n".join(lines)
