@@ -75,15 +75,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     runs_dir = default_runs_dir()
     data: dict[str, Any] = {}
-    if args.config:
+    config = _resume_config(args) if args.resume else args.config
+    if config:
         try:
-            data = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
+            data = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
         except OSError as exc:
-            raise EngineError(f"Cannot read the config file {args.config}: {exc.strerror}.") from None
+            raise EngineError(f"Cannot read the config file {config}: {exc.strerror}.") from None
         except yaml.YAMLError as exc:
-            raise EngineError(f"The config file {args.config} is not valid YAML: {exc}") from None
+            raise EngineError(f"The config file {config} is not valid YAML: {exc}") from None
         if not isinstance(data, dict):
-            raise EngineError(f"The config file {args.config} must be a YAML mapping of TrainConfig fields.")
+            raise EngineError(f"The config file {config} must be a YAML mapping of TrainConfig fields.")
     if args.resume and data and "packing" not in data:
         # a run saved before packing existed was padded: keep its data layout (and the batches resume skips) as it was
         data["packing"] = False
@@ -126,6 +127,27 @@ def cmd_train(args: argparse.Namespace) -> int:
     if distributed_main():
         print(json.dumps(result, default=str), flush=True)
     return 0
+
+
+def _resume_config(args: argparse.Namespace) -> Path:
+    """The config a resumed run continues with: always the run's own `<run-dir>/config.yaml`. A resumed run that
+    trained with other settings than its checkpoints were made with would be a different job in the same folder, so
+    any flag that would change the config is refused, naming it (--config is accepted only when it is that file)."""
+    from .errors import ConfigError
+
+    if not args.run_dir:
+        raise ConfigError("--run-dir", None, "the folder of the run to resume (--resume continues an existing run)")
+    own = Path(args.run_dir) / "config.yaml"
+    if not own.is_file():
+        raise ConfigError("--run-dir", args.run_dir, "a run folder with a config.yaml (nothing to resume there)")
+    if args.config and Path(args.config).resolve() != own.resolve():
+        raise ConfigError("--config", args.config, f"nothing, or the run's own {own}: a resumed run keeps the config it started with")
+    given = _given(args, TrainConfig)
+    if given:
+        flags = ", ".join(_flag(name) for name in given)
+        raise ConfigError(flags, ", ".join(f"{v}" for v in given.values()),
+                          f"no settings flags with --resume: the run continues with its own {own} (start a new run to change them)")
+    return own
 
 
 def _record_launched_pid(run_dir: Path) -> None:

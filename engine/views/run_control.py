@@ -36,6 +36,19 @@ def resume_run(jobs: JobManager, name: str | None, owner: str | None) -> str:
     return f"Resuming '{name}' from its last complete checkpoint."
 
 
+def auto_resume(jobs: JobManager) -> str | None:
+    """`python app.py --auto-resume`: resume the newest interrupted run (engine/views/run_view.py `interrupted_run`) when
+    the app starts; the message to print, None when there is nothing to resume. The person starting the app owns the
+    machine, so no browser key is checked."""
+    from .run_view import interrupted_run
+
+    s = interrupted_run(jobs)
+    if s is None:
+        return None
+    jobs.resume(s.name)
+    return f"Resuming interrupted run '{s.name}' from its last complete checkpoint (--auto-resume)."
+
+
 def retry_run(jobs: JobManager, name: str | None, owner: str | None) -> tuple[str, str]:
     """Start a copy of the run with half the micro batch and twice the accumulation: (the new run's name, the message)."""
     name = _require(name, "Pick the run that ran out of memory.")

@@ -29,6 +29,27 @@ def opening_run(jobs: JobManager) -> tuple[str | None, list[str]]:
     return active or (runs[0] if runs else None), runs
 
 
+def interrupted_run(jobs: JobManager) -> RunSummary | None:
+    """The newest run whose process is gone without a final event (killed: a Colab runtime that disconnected, a closed
+    laptop, a crash of the machine) and that can be resumed; None when there is none or a job is running now."""
+    if jobs.active():
+        return None
+    return next((s for s in jobs.list_runs() if s.state == "killed" and s.resumable), None)
+
+
+def resume_offer(jobs: JobManager) -> tuple[str | None, str]:
+    """(run name, what the top of the Fine-tune panel says) for the newest interrupted run; (None, "") when none."""
+    s = interrupted_run(jobs)
+    if s is None:
+        return None, ""
+    from ..runs import last_complete_checkpoint
+
+    ckpt = last_complete_checkpoint(s.path)
+    where = f"its last checkpoint ({ckpt.name}, step {ckpt.name.split('-')[-1]} of {s.max_steps or '?'})" if ckpt else "the start (it had saved no checkpoint yet)"
+    return s.name, (f"⚠ **Run '{s.name}' was interrupted** at step {s.step} (its process ended without finishing: a disconnect or a restart). "
+                    f"**Resume** continues it from {where} with its own settings.")
+
+
 def watched_outputs(jobs: JobManager, name: str | None) -> tuple[str, str, pd.DataFrame, str, list[list[Any]]] | None:
     """What the timer refreshes for the watched run: status, progress bar, loss frame, log tail (40 lines) and the history
     rows; None when no run is watched or it cannot be read (the page keeps what it shows)."""
