@@ -90,26 +90,6 @@ def merge_finished_run(jobs: JobManager, name: str | None) -> str:
     return f"Merging '{name}' in the background — {plan.reason}. The run's status shows when it is done."
 
 
-def merge_status_md(jobs: JobManager, name: str | None) -> str:
-    """One line on the run's latest merge (running, done with its folder, or failed with why); "" when there was none."""
-    if not name:
-        return ""
-    try:
-        events = jobs.merge_events(name)
-    except EngineError:
-        return ""
-    if not events:  # none yet: the merge process may still be starting
-        return "🔀 Merging the adapter… (starting)" if jobs.active_merge() == name else ""
-    last = events[-1]
-    if last.get("type") == "merge_done":
-        return f"🔀 Merged model saved in `{last.get('path')}` ({last.get('seconds')} s on the {last.get('device')}) — load `run:{name}/merged` in the Playground."
-    if last.get("type") == "merge_error":
-        return f"🔀 **Merge failed:** {last.get('message')}"
-    if jobs.active_merge() == name:
-        return f"🔀 Merging the adapter… ({last.get('reason', '')})"
-    return "🔀 The merge process ended without finishing (killed?): merge again."
-
-
 def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, private: bool, token: str) -> str:
     """Push the run's adapter, merged or full model with a model card to the Hub, with this token only (never the
     server's HF_TOKEN); the message to show."""

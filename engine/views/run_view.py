@@ -59,10 +59,28 @@ def watched_outputs(jobs: JobManager, name: str | None) -> tuple[str, str, pd.Da
         s = jobs.status(name)
     except EngineError:
         return None
-    from .run_control import merge_status_md
-
     merge = merge_status_md(jobs, name)
     return status_md(s) + (f"\n\n{merge}" if merge else ""), progress_html(s, s.last_progress), loss_frame(s.losses), log_tail(s.path, 40), history_rows(jobs)
+
+
+def merge_status_md(jobs: JobManager, name: str | None) -> str:
+    """One line on the run's latest merge (running, done with its folder, or failed with why); "" when there was none."""
+    if not name:
+        return ""
+    try:
+        events = jobs.merge_events(name)
+    except EngineError:
+        return ""
+    if not events:  # none yet: the merge process may still be starting
+        return "🔀 Merging the adapter… (starting)" if jobs.active_merge() == name else ""
+    last = events[-1]
+    if last.get("type") == "merge_done":
+        return f"🔀 Merged model saved in `{last.get('path')}` ({last.get('seconds')} s on the {last.get('device')}) — load `run:{name}/merged` in the Playground."
+    if last.get("type") == "merge_error":
+        return f"🔀 **Merge failed:** {last.get('message')}"
+    if jobs.active_merge() == name:
+        return f"🔀 Merging the adapter… ({last.get('reason', '')})"
+    return "🔀 The merge process ended without finishing (killed?): merge again."
 
 
 def history_rows(jobs: JobManager) -> list[list[Any]]:

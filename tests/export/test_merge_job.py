@@ -115,7 +115,7 @@ def test_merge_runs_in_a_subprocess_and_writes_events(runs_dir):
     assert [e["type"] for e in events] == ["merge_start", "merge_done"], events
     assert events[0]["device"] == "cpu" and events[-1]["path"].endswith("merged")
     assert (runs_dir / "merge-job" / "merged" / "config.json").exists()
-    from engine.views.run_control import merge_status_md
+    from engine.views.run_view import merge_status_md
 
     assert "Merged model saved" in merge_status_md(jobs, "merge-job") and "run:merge-job/merged" in merge_status_md(jobs, "merge-job")
 
@@ -132,7 +132,7 @@ def test_merge_failure_is_recorded(runs_dir):
     jobs.start_merge("merge-broken", device="cpu")
     events = _wait_merge(jobs, "merge-broken")
     assert events[-1]["type"] == "merge_error" and events[-1]["message"]
-    from engine.views.run_control import merge_status_md
+    from engine.views.run_view import merge_status_md
 
     assert merge_status_md(jobs, "merge-broken").startswith("🔀 **Merge failed:**")
 
