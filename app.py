@@ -263,12 +263,12 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
                                                     runs_dir=jobs.runs_dir, allow_local_models=allow_local_models)
 
     def on_predict(upload_path, *vals):
-        return finetune_form.prediction_or_warning(lambda: config_of(upload_path, *vals))
+        return finetune_form.prediction_or_warning(lambda: config_of(upload_path, *vals), jobs.runs_dir)
 
     @ui_errors
     def on_start(owner_v, upload_path, *vals):
         cfg = config_of(upload_path, *vals)
-        if finetune_form.memory_prediction(cfg)[1] == "no":
+        if finetune_form.memory_prediction(cfg, jobs.runs_dir)[1] == "no":
             gr.Warning("The estimator predicts this run will not fit in this machine's memory; it may stop with an out-of-memory error.")
         name = jobs.start(cfg, owner=owner_v)
         gr.Info(f"Started run '{name}'. You can close this tab: the run goes on and is shown again when you come back.")
@@ -333,13 +333,27 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
     def on_merge(name):
         gr.Info(run_control.merge_finished_run(jobs, name))
 
+    def on_offer():  # the newest interrupted run (a Colab disconnect), offered at the top of the panel
+        name, text = run_view.resume_offer(jobs)
+        return gr.update(visible=bool(name)), text, name
+
     return SimpleNamespace(on_load=on_load, init_owner=init_owner, on_poll=on_poll, on_stop=on_stop, on_resume=on_resume, on_retry=on_retry,
-                           on_delete=on_delete, on_zip=on_zip, on_merge=on_merge)
+                           on_delete=on_delete, on_zip=on_zip, on_merge=on_merge, on_offer=on_offer)
+
+
+def resume_banner() -> SimpleNamespace:
+    """The offer to resume an interrupted run, shown at the top of the Fine-tune panel when there is one."""
+    offered = gr.State(None)  # the interrupted run's name
+    with gr.Row(visible=False) as row:
+        text = gr.Markdown()
+        btn = gr.Button("Resume", variant="primary", scale=0, min_width=120)
+    return SimpleNamespace(row=row, text=text, btn=btn, offered=offered, outputs=[row, text, offered])
 
 
 def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool = False) -> dict[str, Any]:
     watched = gr.State(None)  # the run this browser session is watching
     owner = gr.State(None)  # this browser's key (see build_app), as a session State: it never appears in the API
+    banner = resume_banner()
     with gr.Row():
         with gr.Column(scale=2):
             f = finetune_settings(jobs)
@@ -358,6 +372,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     f.start.click(fh.on_start, [owner, *f.inputs], [watched, run_pick], api_name="start_training", **JOBS)
     f.stop.click(rh.on_stop, [watched, owner], None, api_name="stop_training")
     act.resume.click(rh.on_resume, [run_pick, owner], [watched], api_name="resume_training", **JOBS)
+    banner.btn.click(rh.on_resume, [banner.offered, owner], [watched], api_name="resume_interrupted", **JOBS).then(
+        rh.on_offer, None, banner.outputs, **QUIET)
     act.delete.click(rh.on_delete, [run_pick, owner], [watched, run_pick, history], api_name="delete_run")
     act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", **JOBS)
     f.inspect_btn.click(fh.on_inspect, f.inputs, f.inspect_out, api_name="inspect_data")
@@ -372,7 +388,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     for comp in form.values():
         comp.change(fh.on_predict, f.inputs, [f.prediction], **QUIET)
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": rh.on_load, "init_owner": rh.init_owner,
-            "owner": owner, "predict": fh.on_predict, "form_inputs": f.inputs, "prediction": f.prediction}
+            "owner": owner, "predict": fh.on_predict, "form_inputs": f.inputs, "prediction": f.prediction,
+            "offer": rh.on_offer, "offer_outputs": banner.outputs}
 
 
 # ---- Panel 3: playground -------------------------------------------------------------------------
@@ -615,6 +632,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate")
         demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"], ft["form"]["base_model"], ft["form"]["teacher_model"]])
         demo.load(ft["init_owner"], [browser_key], [browser_key, ft["owner"]], api_visibility="private", queue=False)
+        demo.load(ft["offer"], None, ft["offer_outputs"], api_name="interrupted_run")
         demo.load(ft["predict"], ft["form_inputs"], [ft["prediction"]], api_name="predict_memory")
         # finished runs appear in the playground as soon as its tab is opened
         pg_tab.select(lambda: model_list_updates(jobs), None, [pg["model"], pg["model_b"], pg["adapter"]], queue=False)
@@ -635,6 +653,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs-dir", default=None, help="Where runs are stored (default: $COMPACT_LAB_RUNS or ./runs).")
     parser.add_argument("--allow-local-models", action="store_true",
                         help="Let the playground and the fine-tune form use model folders on this machine's disk (a trusted local app only, never with --share).")
+    parser.add_argument("--auto-resume", action="store_true",
+                        help="At start, resume the newest interrupted run (its process ended without finishing: a Colab disconnect).")
     args = parser.parse_args(argv)
     if args.allow_local_models and shared_app(args.share):
         parser.error("--allow-local-models cannot be used on a shared app (--share, a Space, Colab): anyone with the link could read "
@@ -643,6 +663,11 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["COMPACT_LAB_RUNS"] = args.runs_dir
     runs_dir = default_runs_dir()
     demo = build_app(runs_dir, allow_local_models=args.allow_local_models, owner_only=shared_app(args.share))
+    if args.auto_resume:
+        try:
+            print(run_control.auto_resume(JobManager(runs_dir)) or "--auto-resume: no interrupted run to resume.", flush=True)
+        except EngineError as exc:  # e.g. a run is still going: the app starts anyway, and says why nothing resumed
+            print(f"--auto-resume: {exc}", flush=True)
     demo.queue(default_concurrency_limit=1)
     exports = runs_dir / "_exports"  # zips, CSVs and ONNX files offered for download (and nothing else of the runs dir)
     exports.mkdir(exist_ok=True)

@@ -10,6 +10,7 @@ QuantSettings          engine.config               how a model's weights are loa
 LoraSettings           engine.config               LoRA rank, alpha, dropout and targets
 GenerationSettings     engine.config               decoding: greedy or sampling, penalties, stop strings, seed
 MemoryQuery            engine.config               a memory-estimator question: model, task, batch, length, ...
+resolve_dtype          engine.hardware.device      the dtype policy: device x choice x model family (fp16-unsafe)
 estimate               engine.estimator.memory     MemoryQuery -> MemoryEstimate (breakdown, verdicts, fixes)
 apply_recipe           engine.estimator.recipes    a hardware tier's recipe adapted to a model
 load_model             engine.models.loading       any model reference -> LoadedModel (model, tokenizer, device)
@@ -24,6 +25,7 @@ JobManager             engine.training.jobs        training runs as subprocesses
 distillation_loss      engine.training.distill     the knowledge-distillation loss
 stream_generate        engine.inference.generate   stream tokens from a LoadedModel
 merge_adapter          engine.export.merge         merge a run's LoRA adapter into a 16-bit copy of its base
+merge_plan             engine.export.merge         where a merge runs: the GPU when the unquantized base fits, else CPU
 push_run               engine.export.hub           push a run to the Hugging Face Hub with a model card
 =====================  ==========================  =============================================================
 
@@ -38,7 +40,7 @@ import importlib
 import logging
 from typing import Any
 
-from .errors import ConfigError, DataError, EngineError, GenerationError, HubError, JobError, ModelLoadError
+from .errors import ConfigError, DataError, EngineError, GenerationError, HubError, JobError, ModelLoadError, TrainingDiverged
 
 # bitsandbytes 0.50 logs a warning on CPU when the optional `kernels` package (which downloads from the Hub)
 # is missing; it then uses its own CPU kernels. Harmless, and alarming in a log a beginner reads: hide it.
@@ -51,6 +53,7 @@ _LAZY = {
     "LoraSettings": "config",
     "GenerationSettings": "config",
     "MemoryQuery": "config",
+    "resolve_dtype": "hardware.device",
     "estimate": "estimator.memory",
     "apply_recipe": "estimator.recipes",
     "load_model": "models.loading",
@@ -65,6 +68,7 @@ _LAZY = {
     "distillation_loss": "training.distill",
     "stream_generate": "inference.generate",
     "merge_adapter": "export.merge",
+    "merge_plan": "export.merge",
     "push_run": "export.hub",
 }
 
@@ -76,6 +80,7 @@ __all__ = [
     "HubError",
     "JobError",
     "ModelLoadError",
+    "TrainingDiverged",
     *_LAZY,
 ]
 

@@ -75,15 +75,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     runs_dir = default_runs_dir()
     data: dict[str, Any] = {}
-    if args.config:
+    config = _resume_config(args) if args.resume else args.config
+    if config:
         try:
-            data = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
+            data = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
         except OSError as exc:
-            raise EngineError(f"Cannot read the config file {args.config}: {exc.strerror}.") from None
+            raise EngineError(f"Cannot read the config file {config}: {exc.strerror}.") from None
         except yaml.YAMLError as exc:
-            raise EngineError(f"The config file {args.config} is not valid YAML: {exc}") from None
+            raise EngineError(f"The config file {config} is not valid YAML: {exc}") from None
         if not isinstance(data, dict):
-            raise EngineError(f"The config file {args.config} must be a YAML mapping of TrainConfig fields.")
+            raise EngineError(f"The config file {config} must be a YAML mapping of TrainConfig fields.")
     if args.resume and data and "packing" not in data:
         # a run saved before packing existed was padded: keep its data layout (and the batches resume skips) as it was
         data["packing"] = False
@@ -110,7 +111,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         result = run_training(cfg, run_dir, runs_dir=runs_dir, resume=args.resume)
     except EngineError as exc:
-        events.write("error", kind="engine", message=str(exc))
+        events.write("error", kind=getattr(exc, "kind", "engine"), message=str(exc))  # "nan": the loss diverged
         raise
     except Exception as exc:  # noqa: BLE001 - record *why* the run died, then re-raise for the log
         import torch
@@ -126,6 +127,27 @@ def cmd_train(args: argparse.Namespace) -> int:
     if distributed_main():
         print(json.dumps(result, default=str), flush=True)
     return 0
+
+
+def _resume_config(args: argparse.Namespace) -> Path:
+    """The config a resumed run continues with: always the run's own `<run-dir>/config.yaml`. A resumed run that
+    trained with other settings than its checkpoints were made with would be a different job in the same folder, so
+    any flag that would change the config is refused, naming it (--config is accepted only when it is that file)."""
+    from .errors import ConfigError
+
+    if not args.run_dir:
+        raise ConfigError("--run-dir", None, "the folder of the run to resume (--resume continues an existing run)")
+    own = Path(args.run_dir) / "config.yaml"
+    if not own.is_file():
+        raise ConfigError("--run-dir", args.run_dir, "a run folder with a config.yaml (nothing to resume there)")
+    if args.config and Path(args.config).resolve() != own.resolve():
+        raise ConfigError("--config", args.config, f"nothing, or the run's own {own}: a resumed run keeps the config it started with")
+    given = _given(args, TrainConfig)
+    if given:
+        flags = ", ".join(_flag(name) for name in given)
+        raise ConfigError(flags, ", ".join(f"{v}" for v in given.values()),
+                          f"no settings flags with --resume: the run continues with its own {own} (start a new run to change them)")
+    return own
 
 
 def _record_launched_pid(run_dir: Path) -> None:
@@ -178,11 +200,40 @@ def cmd_prepare_builtin(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from .export.merge import merge_adapter
-    from .refs import default_runs_dir
-    from .runs import run_path
+    import time
 
-    out = merge_adapter(run_path(default_runs_dir(), args.run))
+    from .export.merge import merge_adapter, merge_plan
+    from .hardware.coexist import cuda_free_gib
+    from .hardware.device import detect_device, peak_memory_gib, reset_peak
+    from .refs import default_runs_dir
+    from .runs import EventLog, run_path
+
+    runs_dir = default_runs_dir()
+    run_dir = run_path(runs_dir, args.run)
+    # The app runs merges as this command in a subprocess (engine/training/jobs.py start_merge) and shows these events.
+    events = EventLog(run_dir / "merge_events.jsonl")
+    device = detect_device()
+    try:
+        plan = merge_plan(run_dir, runs_dir, device, cuda_free_gib()) if args.device == "auto" else None
+        if args.device == "cpu" or (plan and plan.device == "cpu"):
+            from .hardware.device import DeviceInfo, ram_gib
+
+            device = DeviceInfo("cpu", "CPU", ram_gib(), True) if device.kind == "cuda" else device  # merges in fp32 on CPU
+        reason = plan.reason if plan else "merging on the CPU (asked for)"
+        events.write("merge_start", run=args.run, device=device.kind, reason=reason)
+        print(reason, flush=True)
+        t0 = time.time()
+        reset_peak(device)
+        out = merge_adapter(run_dir, dtype=args.dtype, runs_dir=runs_dir, device=device)
+    except EngineError as exc:
+        events.write("merge_error", message=str(exc))
+        raise
+    except Exception as exc:  # noqa: BLE001 - record *why* the merge died for the page, then re-raise for the log
+        events.write("merge_error", message=f"{type(exc).__name__}: {exc}")
+        raise
+    peak = peak_memory_gib(device)
+    events.write("merge_done", path=str(out), seconds=round(time.time() - t0, 1), device=device.kind,
+                 peak_gib=None if peak is None else round(peak, 3))
     print(f"merged model saved to {out}")
     return 0
 
@@ -262,6 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("merge", help="Merge a run's LoRA adapter into a 16-bit copy of its base model.")
     p.add_argument("run", help="Run name under the runs directory.")
+    p.add_argument("--device", choices=["auto", "cpu"], default="auto",
+                   help="auto: the GPU when the memory estimator says the unquantized base fits in its free memory, else the CPU.")
+    p.add_argument("--dtype", choices=["auto", "fp16", "bf16", "fp32"], default="auto",
+                   help="dtype of the saved weights (auto: bf16 on Ampere+, fp16 on older GPUs, fp32 on CPU).")
     p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser(

@@ -37,6 +37,12 @@ class JobError(EngineError):
     """A training job cannot be started, stopped or resumed in the requested way."""
 
 
+class TrainingDiverged(EngineError):
+    """The training or eval loss became NaN or infinite: the run ends (as failed) with advice instead of going on."""
+
+    kind = "nan"  # the `error` event's kind (engine/cli.py), so the UI can tell it from a crash or an OOM
+
+
 class GenerationError(EngineError):
     """A generation request cannot be served (empty prompt, model not loaded...)."""
 

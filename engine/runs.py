@@ -35,6 +35,9 @@ from .fields import from_dict, to_dict
 from .refs import is_valid_run_name
 
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+# Where the Trainer writes a checkpoint before it is renamed to <run>/checkpoint-N (engine/training/trainer.py): a
+# process killed mid-save (a Colab disconnect) leaves its half-written folder here, never under a name resume reads.
+CHECKPOINT_STAGING = ".checkpoint-staging"
 
 
 def run_path(runs_dir: Path, name: str) -> Path:
@@ -145,9 +148,9 @@ class EventLog:
         return event
 
 
-def read_events(run_dir: Path) -> list[dict[str, Any]]:
-    """All complete events of a run (a torn last line is ignored)."""
-    path = Path(run_dir) / "events.jsonl"
+def read_events(run_dir: Path, name: str = "events.jsonl") -> list[dict[str, Any]]:
+    """All complete events of a run (a torn last line is ignored); `name`: another event file of the run (a merge's)."""
+    path = Path(run_dir) / name
     if not path.exists():
         return []
     out = []
@@ -210,8 +213,13 @@ def last_complete_checkpoint(run_dir: Path) -> Path | None:
 
 
 def discard_incomplete_checkpoints(run_dir: Path) -> list[str]:
-    """Remove checkpoint folders a killed process left half-written (so resume never picks them)."""
+    """Remove checkpoint folders a killed process left half-written (so resume never picks them), the staging folder of
+    a save that never finished included."""
     removed = []
+    staging = Path(run_dir) / CHECKPOINT_STAGING
+    if staging.exists():
+        removed += [f"{CHECKPOINT_STAGING}/{p.name}" for p in staging.iterdir()]
+        shutil.rmtree(staging, ignore_errors=True)
     for _, path in checkpoints(run_dir):
         if not is_complete_checkpoint(path):
             shutil.rmtree(path, ignore_errors=True)
@@ -241,7 +249,7 @@ class RunSummary:
     measured_gib: float | None = None
     output: str | None = None  # "adapter" | "model" when finished
     error: str | None = None
-    error_kind: str | None = None  # "oom" | "engine" | "crash"
+    error_kind: str | None = None  # "oom" | "engine" | "nan" (the loss diverged) | "crash"
     resumable: bool = False
     started: float | None = None
     losses: list[dict[str, Any]] = field(default_factory=list)

@@ -33,9 +33,10 @@ def test_resuming_a_run_saved_before_packing_keeps_it_padded(tmp_path, monkeypat
     seen = {}
     monkeypatch.setenv("COMPACT_LAB_RUNS", str(tmp_path))
     monkeypatch.setattr(engine.training.run, "run_training", lambda cfg, run_dir, **kw: seen.setdefault("cfg", cfg) and {"type": "done"})
-    old = tmp_path / "old.yaml"
+    old = tmp_path / "r" / "config.yaml"  # a resumed run always continues with its own config.yaml
+    old.parent.mkdir()
     old.write_text(yaml.safe_dump({"method": "full", "dataset": "builtin:dates"}))
-    assert main(["train", "--config", str(old), "--run-dir", str(tmp_path / "r"), "--resume"]) == 0
+    assert main(["train", "--run-dir", str(tmp_path / "r"), "--resume"]) == 0
     assert seen.pop("cfg").packing is False
     assert main(["train", "--config", str(old), "--run-dir", str(tmp_path / "r2")]) == 0  # a new run: the default
     assert seen.pop("cfg").packing is True

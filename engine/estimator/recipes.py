@@ -85,7 +85,7 @@ def apply_recipe(cfg_values: dict[str, Any], tier: str, model: str) -> AppliedRe
     recipe = found[0]
     values = {**dict(cfg_values), **recipe.settings, "base_model": model}
     changes: list[str] = []
-    values.update(_precision_for(t, values, changes))
+    values.update(_precision_for(t, values, changes, _model_type(model)))
 
     cfg = _config(values)
     try:
@@ -125,18 +125,39 @@ def apply_recipe(cfg_values: dict[str, Any], tier: str, model: str) -> AppliedRe
 # --------------------------------------------------------------------------------------------------
 
 
-def _precision_for(t: HardwareTier, values: dict[str, Any], changes: list[str]) -> dict[str, Any]:
-    """Never bf16 where the tier has none: fp16 mixed precision on GPUs, fp32 on CPUs (no fast fp16 there)."""
+def _model_type(model: str) -> str | None:
+    """The model's config model_type as the estimator resolves it (None when unknown to it)."""
+    from .model_config import resolve
+
+    try:
+        return resolve(model).model_type or None
+    except EngineError:
+        return None
+
+
+def _precision_for(t: HardwareTier, values: dict[str, Any], changes: list[str], model_type: str | None = None) -> dict[str, Any]:
+    """Never bf16 where the tier has none: fp16 mixed precision on GPUs, auto on CPUs (no fast fp16 there; bf16 or fp32
+    by the CPU's own speed, measured where the run trains; estimated as fp32); fp32 on a GPU
+    without bf16 for the families that overflow in fp16 (presets/precision.yaml, the rule engine/hardware/device.py
+    applies to the form and the run)."""
+    from ..hardware.device import fp16_rule
+
     out: dict[str, Any] = {}
     wanted = values.get("precision", "auto")
+    rule = fp16_rule(model_type) if t.kind != "cpu" else None
+    reason = "CPUs have no fast fp16: auto computes in bf16 where the CPU is fast at it, else fp32" if t.kind == "cpu" else "this card has no bf16"
     if t.kind == "cpu":
-        prec = "fp32"
+        # auto, decided on the machine that trains (engine/hardware/cpu_bf16.py): bf16 autocast where it is fast
+        prec = "auto" if wanted == "fp16" else wanted
+    elif rule is not None and rule.policy == "fp32" and (wanted == "fp16" or (not t.bf16 and wanted in ("bf16", "auto"))):
+        prec = "bf16" if t.bf16 else "fp32"
+        reason = f"{rule.name} overflows in fp16" + ("" if t.bf16 else " and this card has no bf16")
     elif wanted in ("bf16", "auto"):
         prec = "bf16" if t.bf16 else "fp16"
     else:
         prec = wanted
     if prec != wanted:
-        changes.append(f"{prec} instead of {wanted} ({'CPUs train in fp32' if t.kind == 'cpu' else 'this card has no bf16'})")
+        changes.append(f"{prec} instead of {wanted} ({reason})")
     out["precision"] = prec
     if values.get("method") == "qlora" or values.get("quant.mode") in ("4bit", "8bit"):
         out["quant.compute_dtype"] = prec  # 4/8-bit layers compute in the training precision

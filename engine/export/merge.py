@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -24,7 +25,7 @@ import torch
 
 from ..config import QuantSettings
 from ..errors import EngineError, ModelLoadError
-from ..hardware.device import DeviceInfo, detect_device, resolve_dtype
+from ..hardware.device import DeviceInfo, detect_device, dtype_name, resolve_dtype
 
 ExportDtype = Literal["auto", "fp16", "bf16", "fp32"]
 _EXPORT_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -38,6 +39,41 @@ def _export_dtype(dtype: str, device: DeviceInfo) -> torch.dtype:
     if dtype not in _EXPORT_DTYPES:
         raise EngineError(f"dtype = {dtype!r} is not allowed for a merged model: use auto, fp16, bf16 or fp32.")
     return _EXPORT_DTYPES[dtype]
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """Where a merge runs and why: "cpu" or "auto" (the device policy: the GPU when there is one)."""
+
+    device: Literal["auto", "cpu"]
+    reason: str
+    need_gib: float | None  # the unquantized base's weights in the merge dtype (estimator), None when unknown
+
+
+MERGE_MARGIN_GIB = 1.0  # beside the weights: the adapter, one layer's merge temporaries, CUDA context and allocator slack
+
+
+def merge_plan(run_dir: Path, runs_dir: Path, device: DeviceInfo, free_gib: float | None) -> MergePlan:
+    """Merge on the GPU only when the estimator says the unquantized base fits in its free memory (`free_gib`, as the
+    driver reports it; None: use the card's total); otherwise, or without a GPU, on the CPU."""
+    from ..config import MemoryQuery
+    from ..estimator.memory import estimate
+    from ..models.references import architecture_ref
+
+    if device.kind != "cuda":
+        return MergePlan("cpu", "no GPU: merging on the CPU in fp32", None)
+    try:
+        ref = architecture_ref(f"run:{Path(run_dir).name}", runs_dir)
+        dtype = dtype_name(_export_dtype("auto", device))  # a GPU merge loads the base in the dtype it saves
+        weights = estimate(MemoryQuery(model=ref, task="inference", weight_precision=dtype, batch=1, seq_len=16,
+                                       new_tokens=0)).breakdown_gib.get("weights", 0.0)
+    except EngineError as exc:
+        return MergePlan("cpu", f"the memory estimator does not know this run's base model ({exc}): merging on the CPU to be safe", None)
+    need = weights + MERGE_MARGIN_GIB
+    room = device.total_gib if free_gib is None else free_gib
+    if need > 0.9 * room:
+        return MergePlan("cpu", f"the unquantized base needs about {need:.1f} GiB and the GPU has {room:.1f} GiB free: merging on the CPU", need)
+    return MergePlan("auto", f"the unquantized base needs about {need:.1f} GiB; the GPU has {room:.1f} GiB free: merging on the GPU", need)
 
 
 def merge_adapter(
@@ -127,7 +163,7 @@ def _skip(rel: Path, include_checkpoints: bool) -> bool:
         return True
     # Temp names of atomic writes (".merged.tmp", ".config.yaml.xyz.tmp"), the live pid file and a stop
     # request are process state, not results.
-    return any(part.startswith(".") for part in rel.parts) or rel.as_posix() in ("pid", "STOP")
+    return any(part.startswith(".") for part in rel.parts) or rel.as_posix() in ("pid", "STOP", "merge.pid")
 
 
 def zip_run(run_dir: Path, *, include_checkpoints: bool = False, out_path: Path | None = None) -> Path:

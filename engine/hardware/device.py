@@ -9,6 +9,12 @@ One place decides which dtype a job computes in, so that the loader, the trainer
 | CPU with fast bf16 (AMX...) | bf16  | ConfigError (slow)    | ok                           | ok   |
 | other CPU                   | fp32  | ConfigError (slow)    | ok if torch supports it      | ok   |
 
+Model families that overflow in fp16 (Gemma, Gemma-2/3, T5, ... — `presets/precision.yaml`, each with its source)
+change the older-GPU row when the caller passes the model's `model_type`: `auto` computes in fp32 there (policy
+`fp32`) and an explicit `fp16` is refused with advice; policy `refuse` refuses `auto` too. On bf16 devices and on
+CPU nothing changes (neither picks fp16 by itself). The form, the estimator, the loader and the training run all
+resolve through `resolve_dtype(..., model_type=...)`, so they agree.
+
 Why fp16 is refused on CPU: most CPU kernels have no fp16 path (they upcast per op or are missing), so an
 fp16 model on CPU is slower than fp32 and fp16 training without a GPU grad scaler diverges easily. bf16 on
 CPU is allowed because torch has real bf16 CPU kernels (AVX512-BF16/AMX make it fast; elsewhere it is
@@ -23,19 +29,54 @@ on CPU (which includes Python, torch and everything else in the process, and can
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
+import yaml
 
 from ..errors import ConfigError
 
 DeviceKind = Literal["cuda", "cpu"]
 
 _DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+PRECISION_FILE = Path(__file__).resolve().parents[2] / "presets" / "precision.yaml"
+
+
+@dataclass(frozen=True)
+class Fp16Rule:
+    """One family of presets/precision.yaml: what happens to fp16 for its model types."""
+
+    name: str
+    model_types: tuple[str, ...]
+    policy: Literal["fp32", "refuse"]
+    why: str
+    source: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=1)
+def fp16_rules() -> tuple[Fp16Rule, ...]:
+    """The fp16-unsafe families of presets/precision.yaml (read once)."""
+    data = yaml.safe_load(PRECISION_FILE.read_text(encoding="utf-8")) or {}
+    rules = []
+    for entry in data.get("families", []):
+        if entry.get("policy") not in ("fp32", "refuse") or not entry.get("source"):
+            raise ConfigError("presets/precision.yaml", entry.get("name"), "an entry with policy fp32 or refuse and a source")
+        rules.append(Fp16Rule(entry["name"], tuple(entry["model_types"]), entry["policy"], " ".join(str(entry["why"]).split()),
+                              tuple(entry["source"])))
+    return tuple(rules)
+
+
+def fp16_rule(model_type: str | None) -> Fp16Rule | None:
+    """The rule for a config.json `model_type` when its family is unsafe in fp16, else None."""
+    if not model_type:
+        return None
+    return next((r for r in fp16_rules() if model_type in r.model_types), None)
 
 
 @dataclass(frozen=True)
@@ -109,15 +150,24 @@ def _cpu_bf16_ok() -> bool:
         return False
 
 
-def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str = "compute_dtype") -> torch.dtype:
-    """The torch dtype for a dtype choice ("auto", "fp16", "bf16", "fp32") on `device` (see module table).
+def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str = "compute_dtype",
+                  model_type: str | None = None) -> torch.dtype:
+    """The torch dtype for a dtype choice ("auto", "fp16", "bf16", "fp32") on `device` (see module table), for a
+    model whose config.json says `model_type` (None: unknown, no family rule applies).
 
     Raises ConfigError, naming `field`, for combinations that would silently be slow or wrong.
     """
     device = device or detect_device()
+    rule = fp16_rule(model_type)
     if choice == "auto":
         if device.kind == "cuda":
-            return torch.bfloat16 if device.bf16 else torch.float16
+            if device.bf16:
+                return torch.bfloat16
+            if rule is None:
+                return torch.float16
+            if rule.policy == "refuse":
+                raise ConfigError(field, choice, _fp16_advice(rule, model_type, device, allow_fp32=False))
+            return torch.float32  # fp16 would overflow for this family and there is no bf16: fp32 compute
         return torch.bfloat16 if device.bf16_fast else torch.float32
     if choice not in _DTYPES:
         raise ConfigError(field, choice, "one of auto, fp16, bf16, fp32")
@@ -128,9 +178,12 @@ def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str =
                 field,
                 choice,
                 f"fp16, fp32 or auto: {device.name} (compute capability {cap}) has no bf16 support "
-                "(bf16 needs an Ampere or newer GPU, compute capability 8.0+; a T4 is 7.5). auto picks fp16 here",
+                "(bf16 needs an Ampere or newer GPU, compute capability 8.0+; a T4 is 7.5). "
+                + f"auto picks {'fp32 for this model family' if rule else 'fp16'} here",
             )
         raise ConfigError(field, choice, "fp32 or auto: this CPU build of torch cannot compute in bf16")
+    if choice == "fp16" and rule is not None and device.kind == "cuda":
+        raise ConfigError(field, choice, _fp16_advice(rule, model_type, device, allow_fp32=rule.policy == "fp32"))
     if choice == "fp16" and device.kind == "cpu":
         raise ConfigError(
             field,
@@ -164,6 +217,16 @@ def master_dtype(method: str, dtype: torch.dtype, device: DeviceInfo) -> torch.d
     if trains_weights and (dtype == torch.float16 or (dtype == torch.bfloat16 and device.kind == "cpu")):
         return torch.float32
     return dtype
+
+
+def _fp16_advice(rule: Fp16Rule, model_type: str | None, device: DeviceInfo, *, allow_fp32: bool) -> str:
+    """What to choose instead of fp16 for an fp16-unsafe family, and why (the ConfigError's `allowed`)."""
+    if allow_fp32:
+        options = "bf16 or fp32" if device.bf16 else "fp32 or auto (auto computes this family in fp32 on a GPU without bf16)"
+    else:
+        options = "bf16" if device.bf16 else "a GPU with bf16 (compute capability 8.0+)"
+    return (f"{options} for {rule.name} (model_type {model_type}) — fp16 overflows: {rule.why} (see {rule.source[0]}). "
+            "Or pick a model of another family (Llama, Qwen2.5 and SmolLM2 train well in fp16)")
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -32,7 +32,7 @@ from ..errors import ConfigError, ModelLoadError
 from ..hardware.device import DeviceInfo, detect_device, dtype_name, resolve_dtype
 from ..hardware.placement import summarize_device_map
 from ..refs import default_runs_dir
-from .references import resolve_adapter, resolve_model, resolve_offload_folder
+from .references import model_type_of, resolve_adapter, resolve_model, resolve_offload_folder
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,9 @@ def load_model(
     source = resolve_model(ref, runs_dir, allow_local_paths)
     if quant is None:
         quant = source.run_quant or QuantSettings(mode="none")
-    compute_dtype = resolve_dtype(quant.compute_dtype, device, field="quant.compute_dtype")
+    # the family rule (fp32 instead of fp16 for Gemma, T5, ... on a GPU without bf16) needs the config's model_type
+    model_type = model_type_of(ref, runs_dir, allow_local_paths=allow_local_paths) if device.kind == "cuda" else None
+    compute_dtype = resolve_dtype(quant.compute_dtype, device, field="quant.compute_dtype", model_type=model_type)
     model_dtype = dtype or compute_dtype
     int8_dynamic = quant.mode == "int8-dynamic"
     if int8_dynamic:

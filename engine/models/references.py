@@ -231,3 +231,51 @@ def resolve_offload_folder(folder: Path | None, runs_dir: Path, allow_local_path
             f"offload_folder {str(path)!r} is outside the runs directory {runs_dir}; weights can only be offloaded there."
         )
     return path
+
+
+def architecture_ref(ref: str, runs_dir: Path, depth: int = 0) -> str:
+    """The reference whose architecture `ref` has, for the memory estimator: a run (run:NAME, run:NAME/merged) has
+    its base model's architecture (LoRA, full fine-tuning and merging keep it; a scratch run's base is its
+    builtin: preset), read from the run's config.yaml and followed through runs of runs; a local base folder
+    becomes its config.json. Other references are returned as they are."""
+    ref = (ref or "").strip()
+    if not ref.startswith(RUN_PREFIX) or depth > _MAX_REF_DEPTH:
+        return ref
+    name = ref[len(RUN_PREFIX) :]
+    if name.endswith(MERGED_SUFFIX):
+        name = name[: -len(MERGED_SUFFIX)]
+    base, _quant = read_run_base(run_ref_dir(name, runs_dir))
+    if not base:
+        raise ModelLoadError(f"Run {name!r} has no readable config.yaml naming its base model.")
+    if base.startswith(RUN_PREFIX):
+        return architecture_ref(base, runs_dir, depth + 1)
+    folder = Path(base).expanduser()
+    if folder.is_absolute() and (folder / "config.json").is_file():
+        return str(folder / "config.json")
+    return base
+
+
+def model_type_of(ref: str, runs_dir: Path, *, allow_local_paths: bool = True) -> str | None:
+    """The `model_type` of config.json for the weights `ref` names (a run: its base's), or None when it cannot be
+    read (an unknown reference, the Hub unreachable and the config not cached): the dtype policy
+    (engine/hardware/device.py) then applies no family rule, and the load itself reports the real problem."""
+    try:
+        source = resolve_model(ref, runs_dir, allow_local_paths)
+    except EngineError:
+        return None
+    if source.is_local:
+        path = Path(source.location) / "config.json"
+    else:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+        try:
+            path = Path(hf_hub_download(source.location, "config.json"))
+        except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError):
+            return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    model_type = data.get("model_type") if isinstance(data, dict) else None
+    return str(model_type) if model_type else None

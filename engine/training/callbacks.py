@@ -123,12 +123,52 @@ class EvalPatienceCallback(EarlyStoppingCallback):
         if not control.should_training_stop or already or not state.is_world_process_zero:
             return
         loss = _finite((metrics or {}).get("eval_loss"))
+        # a NaN/inf eval loss never "improves" either; NonFiniteLossCallback ends such a run as failed, but this message
+        # must not fail on it (nor on a first best that is still None)
         message = (f"early stopping: eval loss has not improved for {self.early_stopping_patience} evaluation(s) "
-                   f"(now {loss:.4f}, best {best_before:.4f} at step {best_step}); finishing at step {state.global_step}")
+                   f"(now {_fmt(loss)}, best {_fmt(_finite(best_before))} at step {best_step}); finishing at step {state.global_step}")
         self.events.write("early_stop", step=state.global_step, eval_loss=loss, best_eval_loss=_finite(best_before),
                           best_step=best_step, patience=self.early_stopping_patience)
         self.events.write("phase", phase=message)
         log.warning(message)
+
+
+class NonFiniteLossCallback(TrainerCallback):
+    """Ends training at the first logged training or eval loss that is NaN or infinite, without saving a checkpoint
+    of the diverged weights; the run then raises TrainingDiverged (engine/training/run.py) and ends as failed, so its
+    last complete checkpoint (from before the overflow) stays the one a resume would use.
+
+    The Trainer hides such losses by default (`logging_nan_inf_filter` replaces them with the running average, so a
+    run that is all NaN logs 0.0 and goes on for hours); engine/training/trainer.py turns that filter off so this
+    callback sees them."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None  # the step at which a non-finite loss was first logged
+        self.what = ""  # "loss" | "eval loss"
+        self.value = ""  # "nan" | "inf" | "-inf"
+
+    def _check(self, state: TrainerState, control: TrainerControl, what: str, value: Any) -> None:
+        if value is None or self.step is not None:
+            return
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            return
+        if math.isfinite(x):
+            return
+        self.step, self.what, self.value = state.global_step, what, str(x)
+        control.should_training_stop = True
+        control.should_save = False  # never checkpoint weights that may already hold NaN
+        control.should_evaluate = False
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: dict | None = None, **kw: Any) -> None:
+        logs = logs or {}
+        # The logged loss is averaged over every rank (and eval loss gathered), so each rank decides alike.
+        self._check(state, control, "loss", logs.get("loss"))
+        self._check(state, control, "eval loss", logs.get("eval_loss"))
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, metrics: dict | None = None, **kw: Any) -> None:
+        self._check(state, control, "eval loss", (metrics or {}).get("eval_loss"))
 
 
 class StopFileCallback(TrainerCallback):
@@ -157,6 +197,10 @@ def _finite(x: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return x if math.isfinite(x) else None
+
+
+def _fmt(x: float | None) -> str:
+    return "not a number" if x is None else f"{x:.4f}"
 
 
 def _ppl(loss: Any) -> float | None:

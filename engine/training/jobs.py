@@ -10,6 +10,10 @@ exits) and kills the whole process tree if it has not exited after a grace perio
 Shared state: one JobManager per runs directory is created by app.py and shared by all sessions; its
 lock serializes start/stop so two clicks cannot start two jobs.
 
+Merges are jobs too (`start_merge`): `python -m engine merge NAME` in its own process, writing
+`<run>/merge_events.jsonl` and `<run>/merge.log`, its pid in `<run>/merge.pid`. They take the same lock, and
+neither a merge nor a training run starts while the other is going (both would hold a copy of the model).
+
 Who may stop a run: with `owner_only=True` (the app on a public share link or a Space), a run started with an
 `owner` key (a random key the browser keeps in its local storage) can be stopped, resumed, retried or deleted
 only with that key; the key is stored hashed in `<run>/owner`. Runs started without a key (the CLI, a local
@@ -65,9 +69,12 @@ def proc_start_time(pid: int) -> str | None:
         return None
 
 
-def run_is_alive(run_dir: Path) -> bool:
-    """Is the process recorded in `<run>/pid` still running (and still the same process)?"""
-    pid_file = Path(run_dir) / "pid"
+MERGE_PID, MERGE_EVENTS, MERGE_PREFIX = "merge.pid", "merge_events.jsonl", "merge:"
+
+
+def run_is_alive(run_dir: Path, *, pid_name: str = "pid") -> bool:
+    """Is the process recorded in `<run>/pid` (or `<run>/merge.pid`) still running (and still the same process)?"""
+    pid_file = Path(run_dir) / pid_name
     try:
         parts = pid_file.read_text().split()
         pid = int(parts[0])
@@ -159,6 +166,7 @@ class JobManager:
             busy = self.active()
             if busy:
                 raise JobError(f"Run '{busy}' is still training. Stop it (or wait for it to finish) before starting another: one job at a time keeps the GPU from running out of memory.")
+            self._refuse_while_merging()
             name = self.new_run_name(cfg)
             run_dir = run_path(self.runs_dir, name)
             if run_dir.exists() and any(run_dir.iterdir()):
@@ -176,6 +184,7 @@ class JobManager:
             busy = self.active()
             if busy:
                 raise JobError(f"Run '{busy}' is still training; stop it before resuming '{name}'.")
+            self._refuse_while_merging()
             summary = self.status(name)
             if summary.state in ("finished",):
                 raise JobError(f"Run '{name}' already finished; start a new run to train more.")
@@ -261,3 +270,59 @@ class JobManager:
         if not run_dir.exists():
             raise JobError(f"There is no run named {name!r}.")
         shutil.rmtree(run_dir)
+
+    # ---- merges (one job at a time, like training) --------------------------------------------------
+
+    def active_merge(self) -> str | None:
+        """Name of the run whose adapter is being merged, if any (found from `merge.pid` files)."""
+        for run_dir in self.run_dirs():
+            proc = self._procs.get(MERGE_PREFIX + run_dir.name)
+            if proc is not None and proc.poll() is not None:
+                self._procs.pop(MERGE_PREFIX + run_dir.name, None)
+            if run_is_alive(run_dir, pid_name=MERGE_PID):
+                return run_dir.name
+        return None
+
+    def _refuse_while_merging(self) -> None:
+        merging = self.active_merge()
+        if merging:
+            raise JobError(f"The adapter of run '{merging}' is being merged. Wait for the merge to finish (a minute or a few): "
+                           "one job at a time keeps the GPU from running out of memory.")
+
+    def start_merge(self, name: str, *, device: str = "auto", dtype: str = "auto") -> None:
+        """Merge a finished run's adapter in a subprocess (`python -m engine merge NAME --device DEVICE`), refused while a
+        training run or another merge is going. device: "cpu" (the GPU cannot hold the unquantized base, or there is
+        none: the child then never touches the GPU) or "auto" (the device policy, the GPU when there is one)."""
+        if device not in ("auto", "cpu") or dtype not in ("auto", "fp16", "bf16", "fp32"):
+            raise JobError(f"merge device {device!r} / dtype {dtype!r}: use device auto or cpu, dtype auto, fp16, bf16 or fp32.")
+        with self._lock:
+            busy = self.active()
+            if busy:
+                raise JobError(f"Run '{busy}' is training: merge after it has finished (or stop it first); a merge loads the whole "
+                               "unquantized base model, which would not fit beside it.")
+            self._refuse_while_merging()
+            summary = self.status(name)
+            if summary.state != "finished":
+                raise JobError(f"Run '{name}' has not finished; merge needs its final adapter.")
+            run_dir = summary.path
+            cmd = [self.python, "-m", "engine", "merge", name, "--device", device, "--dtype", dtype]
+            env = dict(os.environ)
+            env.setdefault("PYTHONUNBUFFERED", "1")
+            env["COMPACT_LAB_RUNS"] = str(self.runs_dir)
+            env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            if device == "cpu":
+                env["CUDA_VISIBLE_DEVICES"] = ""  # no CUDA context (0.3-1.3 GiB) on a card the merge must not use
+            (run_dir / MERGE_EVENTS).unlink(missing_ok=True)  # the page shows this merge's events, not an earlier one's
+            with open(run_dir / "merge.log", "ab") as logf:
+                logf.write(f"\n=== {datetime.now().isoformat(timespec='seconds')} {' '.join(cmd[1:])}\n".encode())
+                logf.flush()
+                proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO_ROOT), env=env,
+                                        start_new_session=True)
+            atomic_write_text(run_dir / MERGE_PID, f"{proc.pid} {proc_start_time(proc.pid) or ''}\n")
+            self._procs[MERGE_PREFIX + name] = proc
+
+    def merge_events(self, name: str) -> list[dict]:
+        """The events of the run's latest merge (merge_start, merge_done or merge_error), oldest first."""
+        from ..runs import read_events
+
+        return read_events(run_path(self.runs_dir, name), MERGE_EVENTS)

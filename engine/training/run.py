@@ -24,7 +24,7 @@ import torch
 
 from ..config import QuantSettings, TrainConfig
 from ..data.build import TrainData, build_train_data
-from ..errors import ConfigError, EngineError
+from ..errors import ConfigError, EngineError, TrainingDiverged
 from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak, resolve_dtype
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
@@ -83,6 +83,8 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
                           mirror=mirror, distill=models.distill)
     result = built.trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
     peak = max(built.events.peak_gib, peak_memory_gib(run.device) or 0.0)
+    if built.nonfinite.step is not None:
+        _diverged(run, built)
     if built.stop.stopped:
         return _stopped(run, built, peak)
     eval_loss = _final_eval_loss(built, data)
@@ -124,13 +126,23 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
     if removed:
         log.warning("discarded incomplete checkpoints: %s", removed)
     started = time.time()
-    dtype = resolve_dtype(cfg.precision, device)
+    dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=_model_type(cfg, runs_dir, device))
     events.write("start", run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset,
                  resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""),
                  precision_note=precision_reason(device) if cfg.precision == "auto" else f"{cfg.precision}, as chosen",
                  world_size=distributed.world_size())
     reset_peak(device)
     return RunContext(cfg, run_dir, runs_dir, device, dtype, events, main, checkpoint, started)
+
+
+def _model_type(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo) -> str | None:
+    """The base model's config.json model_type, for the dtype policy's family rule (fp32, not fp16, for families that
+    overflow in fp16 on a GPU without bf16); None on a CPU, where no rule changes anything, and for scratch runs."""
+    if device.kind != "cuda" or cfg.method == "scratch":
+        return None
+    from ..models.references import model_type_of
+
+    return model_type_of(cfg.base_model, runs_dir)
 
 
 def _clear_stale_stop(stop_file: Path) -> None:
@@ -308,6 +320,22 @@ def _stopped(run: RunContext, built: RunTrainer, peak: float) -> dict[str, Any]:
         (run.run_dir / "STOP").unlink(missing_ok=True)
     last = last_complete_checkpoint(run.run_dir)
     return run.events.write("stopped", step=built.trainer.state.global_step, checkpoint=last.name if last else None, peak_gib=round(peak, 3))
+
+
+def _diverged(run: RunContext, built: RunTrainer) -> None:
+    """Raise TrainingDiverged for a run whose loss became NaN/inf (no checkpoint of those weights was written); the
+    CLI records it as the run's `error` event, and the run can be resumed from its last complete checkpoint."""
+    built.tensorboard.close()
+    nf = built.nonfinite
+    last = last_complete_checkpoint(run.run_dir) if run.main else None
+    if run.dtype == torch.float16:
+        advice = ("fp16 overflow? Try bf16 (a GPU with compute capability 8.0+) or fp32 (precision), or a lower learning rate "
+                  f"(now {run.cfg.learning_rate:g})")
+    else:
+        advice = (f"try a lower learning rate (now {run.cfg.learning_rate:g}) or gradient clipping (max_grad_norm 1.0), "
+                  "and check the data for empty or extreme rows")
+    where = f"; the last good checkpoint is {last.name}" if last else ""
+    raise TrainingDiverged(f"{nf.what} became {'NaN' if nf.value == 'nan' else nf.value} at step {nf.step} — {advice}{where}.")
 
 
 def _final_eval_loss(built: RunTrainer, data: TrainData) -> float | None:

@@ -4,6 +4,7 @@ TensorBoard, eval patience), the collator, and the distillation trainer for meth
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import torch
 from ..config import TrainConfig
 from ..hardware.device import DeviceInfo
 from ..runs import EventLog, config_yaml
-from .callbacks import EvalPatienceCallback, EventsCallback, StopAtLossCallback, StopFileCallback
+from .callbacks import EvalPatienceCallback, EventsCallback, NonFiniteLossCallback, StopAtLossCallback, StopFileCallback
 from .tensorboard import TB_DIRNAME, TensorBoardLogCallback, sample_prompts
 
 OPTIMIZERS = {
@@ -58,6 +59,7 @@ def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: to
         activation_checkpointing_kwargs={"use_reentrant": False} if cfg.grad_checkpointing else None,
         logging_steps=cfg.logging_steps,
         logging_first_step=True,
+        logging_nan_inf_filter=False,  # a NaN/inf loss must reach NonFiniteLossCallback, not be averaged away
         save_strategy="steps",
         save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,
@@ -81,6 +83,54 @@ def _tensorboard_callback(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, t
     return TensorBoardLogCallback(run_dir / TB_DIRNAME, device, tokenizer=tokenizer, prompts=prompts, config_text=config_yaml(cfg), events=events)
 
 
+class AtomicCheckpoints:
+    """Mixed into the run's Trainer: each checkpoint is written whole into `<run>/.checkpoint-staging/checkpoint-N` and
+    only then renamed to `<run>/checkpoint-N`, so a process killed mid-save (a Colab runtime that disconnects, with the
+    runs folder on Drive) never leaves a folder under a checkpoint's name that resume could pick. The Trainer has no
+    option for this; it writes checkpoint-N in place, weights first and trainer_state.json last."""
+
+    _staging: str | None = None
+
+    def _get_output_dir(self, trial: Any) -> str:
+        return self._staging or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        from transformers.trainer_utils import rotate_checkpoints
+
+        from ..runs import CHECKPOINT_STAGING, atomic_replace_dir
+
+        run_dir = Path(super()._get_output_dir(trial))
+        name = f"checkpoint-{self.state.global_step}"
+        staging = run_dir / CHECKPOINT_STAGING
+        if self.args.should_save:
+            shutil.rmtree(staging / name, ignore_errors=True)  # a leftover of a save that died at this very step
+        self.accelerator.wait_for_everyone()
+        self._staging = str(staging)
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging = None
+        self.accelerator.wait_for_everyone()  # every rank has written its part (RNG states) into the staging folder
+        if not self.args.should_save:
+            return
+        best = self.state.best_model_checkpoint
+        if best and Path(best).parent == staging:  # the Trainer named the staging folder as the best one: name its final place
+            self.state.best_model_checkpoint = str(run_dir / Path(best).name)
+            self.state.save_to_json(str(staging / name / "trainer_state.json"))
+        atomic_replace_dir(staging / name, run_dir / name)
+        try:
+            staging.rmdir()  # empty now; left only by a save that did not finish
+        except OSError:
+            pass
+        rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
+                           best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+
+
+def _atomic(trainer_cls: type) -> type:
+    """trainer_cls with AtomicCheckpoints mixed in."""
+    return type(f"Atomic{trainer_cls.__name__}", (AtomicCheckpoints, trainer_cls), {})
+
+
 @dataclass
 class RunTrainer:
     """The Trainer of a run and the callbacks the run reads after `train()`: stopped?, peak memory, last eval, TensorBoard."""
@@ -89,6 +139,7 @@ class RunTrainer:
     stop: StopFileCallback
     events: EventsCallback
     tensorboard: TensorBoardLogCallback
+    nonfinite: NonFiniteLossCallback
 
 
 def build_trainer(
@@ -111,6 +162,7 @@ def build_trainer(
     from ..data.packing import PackingCollator
 
     stop_cb = StopFileCallback(run_dir / "STOP")
+    nonfinite_cb = NonFiniteLossCallback()
     events_cb = EventsCallback(events, device, mirror=mirror)
     tb_cb = _tensorboard_callback(cfg, run_dir, device, tokenizer, data.evals, events)
     extra = [EvalPatienceCallback(cfg.early_stopping_patience, events)] if cfg.early_stopping_patience > 0 else []
@@ -119,14 +171,14 @@ def build_trainer(
         from .distill import DistillTrainer
 
         trainer_cls, extra_args = DistillTrainer, {"distill": distill, "temperature": cfg.distill_temperature, "alpha": cfg.distill_alpha}
-    trainer = trainer_cls(
+    trainer = _atomic(trainer_cls)(
         model=model,
         args=training_args(cfg, run_dir, device, dtype, has_eval=bool(data.evals), train_batch_size=data.train_batch_size),
         train_dataset=data.train,
         eval_dataset=data.evals or None,
         data_collator=PackingCollator(tokenizer, pad_to_multiple_of=8),  # packed rows, or padded examples as before
         processing_class=tokenizer,
-        callbacks=[events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events), tb_cb, *extra],
+        callbacks=[nonfinite_cb, events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events), tb_cb, *extra],
         **extra_args,
     )
-    return RunTrainer(trainer, stop_cb, events_cb, tb_cb)
+    return RunTrainer(trainer, stop_cb, events_cb, tb_cb, nonfinite_cb)

@@ -51,13 +51,27 @@ def train_config_from_form(values: dict[str, Any], upload_path: str | None, eval
     return cfg
 
 
-def memory_prediction(cfg: TrainConfig) -> tuple[str, str | None]:
+def form_model_type(cfg: TrainConfig, runs_dir: Path | None) -> str | None:
+    """The base model's model_type as the estimator knows it (catalog, Hub config, built-in preset), a run's through
+    its base (None when unknown): what the dtype policy's family rule needs, so the form, the estimator and the run
+    (engine/training/run.py reads the same config.json) pick the same precision."""
+    from ..estimator.model_config import resolve
+    from ..models.references import architecture_ref
+    from ..refs import default_runs_dir
+
+    try:
+        return resolve(architecture_ref(cfg.base_model, Path(runs_dir or default_runs_dir()))).model_type or None
+    except EngineError:
+        return None
+
+
+def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None) -> tuple[str, str | None]:
     """(markdown, verdict) of the estimator for this form on the machine the run will use."""
     from ..estimator.handoff import fit_verdict, query_from_train
     from ..hardware.device import detect_device, dtype_name, precision_reason, resolve_dtype
 
     device = detect_device()
-    dtype = resolve_dtype(cfg.precision, device, field="precision")
+    dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=form_model_type(cfg, runs_dir) if device.kind == "cuda" else None)
     why = precision_reason(device) if cfg.precision == "auto" else "as chosen"
     head = (f"Effective batch **{cfg.micro_batch_size * cfg.grad_accum}** (micro batch {cfg.micro_batch_size} × accumulation {cfg.grad_accum}) · "
             f"precision **{dtype_name(dtype)}** ({why}).")
@@ -79,11 +93,11 @@ def memory_prediction(cfg: TrainConfig) -> tuple[str, str | None]:
             + ("" if verdict == "fits" else " — the Memory estimator's *Make it fit* lists the cheapest changes.")), verdict
 
 
-def prediction_or_warning(config: Callable[[], TrainConfig]) -> str:
+def prediction_or_warning(config: Callable[[], TrainConfig], runs_dir: Path | None = None) -> str:
     """memory_prediction's text for the config that config() makes; an engine error (making the config or predicting)
     as a warning line instead: the prediction updates as the form changes and never raises."""
     try:
-        return memory_prediction(config())[0]
+        return memory_prediction(config(), runs_dir)[0]
     except EngineError as exc:
         return f"⚠ {exc}"
 

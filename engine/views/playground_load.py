@@ -4,6 +4,7 @@ loading one for the ONNX export (unquantized, no adapter); unloading them all.""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import MemoryQuery, QuantSettings
@@ -32,16 +33,33 @@ def load_for_playground(jobs: JobManager, ref_v: str, quant_mode: str, extra: tu
         max_memory = {0: f"{float(budget):g}GiB", "cpu": f"{max(1.0, ram_gib() - 2):.0f}GiB"}
     active, free = jobs.active(), cuda_free_gib()
     if active and free is not None and not any(e["ref"] == ref for e in MODEL_CACHE.loaded()):
-        try:
-            weights = memory.estimate(MemoryQuery(model=ref, task="inference", weight_precision={"4bit": "nf4", "8bit": "int8"}.get(quant_mode, "auto"),
-                                                  batch=1, seq_len=16, new_tokens=0)).breakdown_gib.get("weights", 0.0)
-        except EngineError:
-            weights = 0.0  # unknown to the estimator (run:NAME): let the load itself decide
-        check_room_to_generate(weights, training_run=active, free_gib=free)
+        check_room_to_generate(weights_gib(ref, quant_mode, jobs.runs_dir), training_run=active, free_gib=free)
     # The playground never trains (training loads its own copy in a subprocess), so the faster packed
     # bitsandbytes CPU layout is safe here (engine/models/bnb_safety.py explains the hazard it poses to training).
     return MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True, adapter=adapter_ref,
                                    device_map=device_map, max_memory=max_memory, allow_local_paths=allow_local_models)
+
+
+def weights_gib(ref: str, quant_mode: str, runs_dir: Path) -> float:
+    """The estimator's GiB of the weights the playground would load for `ref` on this machine's GPU: a run (run:NAME,
+    run:NAME/merged) counts as its base architecture (from its config.yaml), in the playground's quantization (the
+    loader applies it to a run's base too) or, unquantized, in the dtype the policy picks for that model here (fp32 for a
+    family that overflows in fp16 on a GPU without bf16). 0 when the estimator does not know the model (a Hub model
+    offline): the load itself then decides."""
+    from ..hardware.device import detect_device, dtype_name, resolve_dtype
+    from ..models.references import architecture_ref
+
+    try:
+        arch_ref = architecture_ref(ref, runs_dir)
+        wp = {"4bit": "nf4", "8bit": "int8"}.get(quant_mode)
+        if wp is None:
+            from ..estimator.model_config import resolve
+
+            wp = dtype_name(resolve_dtype("auto", detect_device(), model_type=resolve(arch_ref).model_type or None))
+        est = memory.estimate(MemoryQuery(model=arch_ref, task="inference", weight_precision=wp, batch=1, seq_len=16, new_tokens=0))
+    except EngineError:
+        return 0.0
+    return est.breakdown_gib.get("weights", 0.0)
 
 
 def load_for_export(jobs: JobManager, ref_v: str, *, allow_local_models: bool = False) -> tuple[str, Any]:

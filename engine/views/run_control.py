@@ -36,6 +36,19 @@ def resume_run(jobs: JobManager, name: str | None, owner: str | None) -> str:
     return f"Resuming '{name}' from its last complete checkpoint."
 
 
+def auto_resume(jobs: JobManager) -> str | None:
+    """`python app.py --auto-resume`: resume the newest interrupted run (engine/views/run_view.py `interrupted_run`) when
+    the app starts; the message to print, None when there is nothing to resume. The person starting the app owns the
+    machine, so no browser key is checked."""
+    from .run_view import interrupted_run
+
+    s = interrupted_run(jobs)
+    if s is None:
+        return None
+    jobs.resume(s.name)
+    return f"Resuming interrupted run '{s.name}' from its last complete checkpoint (--auto-resume)."
+
+
 def retry_run(jobs: JobManager, name: str | None, owner: str | None) -> tuple[str, str]:
     """Start a copy of the run with half the micro batch and twice the accumulation: (the new run's name, the message)."""
     name = _require(name, "Pick the run that ran out of memory.")
@@ -59,14 +72,22 @@ def zip_for_download(jobs: JobManager, name: str | None) -> Path:
 
 
 def merge_finished_run(jobs: JobManager, name: str | None) -> str:
-    """Merge a finished run's adapter into its base (16-bit safetensors); the message to show."""
-    from ..export.merge import merge_adapter
+    """Start merging a finished run's adapter into its base (16-bit safetensors) in a subprocess, on the CPU when the
+    estimator says the GPU cannot hold the unquantized base; refused while a training run or another merge is going.
+    The message to show (the page follows the merge with `merge_status_md`)."""
+    from ..export.merge import merge_plan
+    from ..hardware.coexist import cuda_free_gib
+    from ..hardware.device import detect_device
 
     name = _require(name, "Pick a finished LoRA/QLoRA run to merge.")
-    if jobs.status(name).state != "finished":
+    s = jobs.status(name)
+    if s.state != "finished":
         raise JobError(f"Run '{name}' has not finished; merge needs its final adapter.")
-    out = merge_adapter(run_path(jobs.runs_dir, name), runs_dir=jobs.runs_dir)
-    return f"Merged model saved in {out} (base reloaded unquantized, adapter merged, safetensors)."
+    if s.output != "adapter":
+        raise JobError(f"Run '{name}' trained every weight: its model/ folder already is a complete model, nothing to merge.")
+    plan = merge_plan(s.path, jobs.runs_dir, detect_device(), cuda_free_gib())
+    jobs.start_merge(name, device=plan.device)
+    return f"Merging '{name}' in the background — {plan.reason}. The run's status shows when it is done."
 
 
 def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, private: bool, token: str) -> str:

@@ -29,6 +29,27 @@ def opening_run(jobs: JobManager) -> tuple[str | None, list[str]]:
     return active or (runs[0] if runs else None), runs
 
 
+def interrupted_run(jobs: JobManager) -> RunSummary | None:
+    """The newest run whose process is gone without a final event (killed: a Colab runtime that disconnected, a closed
+    laptop, a crash of the machine) and that can be resumed; None when there is none or a job is running now."""
+    if jobs.active():
+        return None
+    return next((s for s in jobs.list_runs() if s.state == "killed" and s.resumable), None)
+
+
+def resume_offer(jobs: JobManager) -> tuple[str | None, str]:
+    """(run name, what the top of the Fine-tune panel says) for the newest interrupted run; (None, "") when none."""
+    s = interrupted_run(jobs)
+    if s is None:
+        return None, ""
+    from ..runs import last_complete_checkpoint
+
+    ckpt = last_complete_checkpoint(s.path)
+    where = f"its last checkpoint ({ckpt.name}, step {ckpt.name.split('-')[-1]} of {s.max_steps or '?'})" if ckpt else "the start (it had saved no checkpoint yet)"
+    return s.name, (f"⚠ **Run '{s.name}' was interrupted** at step {s.step} (its process ended without finishing: a disconnect or a restart). "
+                    f"**Resume** continues it from {where} with its own settings.")
+
+
 def watched_outputs(jobs: JobManager, name: str | None) -> tuple[str, str, pd.DataFrame, str, list[list[Any]]] | None:
     """What the timer refreshes for the watched run: status, progress bar, loss frame, log tail (40 lines) and the history
     rows; None when no run is watched or it cannot be read (the page keeps what it shows)."""
@@ -38,7 +59,28 @@ def watched_outputs(jobs: JobManager, name: str | None) -> tuple[str, str, pd.Da
         s = jobs.status(name)
     except EngineError:
         return None
-    return status_md(s), progress_html(s, s.last_progress), loss_frame(s.losses), log_tail(s.path, 40), history_rows(jobs)
+    merge = merge_status_md(jobs, name)
+    return status_md(s) + (f"\n\n{merge}" if merge else ""), progress_html(s, s.last_progress), loss_frame(s.losses), log_tail(s.path, 40), history_rows(jobs)
+
+
+def merge_status_md(jobs: JobManager, name: str | None) -> str:
+    """One line on the run's latest merge (running, done with its folder, or failed with why); "" when there was none."""
+    if not name:
+        return ""
+    try:
+        events = jobs.merge_events(name)
+    except EngineError:
+        return ""
+    if not events:  # none yet: the merge process may still be starting
+        return "🔀 Merging the adapter… (starting)" if jobs.active_merge() == name else ""
+    last = events[-1]
+    if last.get("type") == "merge_done":
+        return f"🔀 Merged model saved in `{last.get('path')}` ({last.get('seconds')} s on the {last.get('device')}) — load `run:{name}/merged` in the Playground."
+    if last.get("type") == "merge_error":
+        return f"🔀 **Merge failed:** {last.get('message')}"
+    if jobs.active_merge() == name:
+        return f"🔀 Merging the adapter… ({last.get('reason', '')})"
+    return "🔀 The merge process ended without finishing (killed?): merge again."
 
 
 def history_rows(jobs: JobManager) -> list[list[Any]]:
@@ -69,6 +111,9 @@ def status_md(s: RunSummary) -> str:
         lines.append(f"**Error:** {s.error}")
         if s.error_kind == "oom":
             lines.append("Click **Retry after OOM** to rerun with half the micro batch and twice the accumulation (same effective batch).")
+        if s.error_kind == "nan":
+            lines.append("Resume continues from the last good checkpoint with the same settings (a one-off spike may pass); to change the "
+                         "precision or the learning rate, start a new run with them.")
     if s.resumable:
         lines.append("This run can be resumed from its last checkpoint (Resume).")
     return "\n\n".join(lines)

@@ -15,7 +15,7 @@ def _run(**kw) -> RunSummary:
 
 
 def _jobs(*runs: RunSummary) -> SimpleNamespace:
-    return SimpleNamespace(list_runs=lambda: list(runs))
+    return SimpleNamespace(list_runs=lambda: list(runs), merge_events=lambda name: [], active_merge=lambda: None, active=lambda: None)
 
 
 def test_history_rows_match_the_headers_and_format_memory_scores_and_durations():
