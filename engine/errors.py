@@ -37,6 +37,11 @@ class JobError(EngineError):
     """A training job cannot be started, stopped or resumed in the requested way."""
 
 
+class RunStopped(JobError):
+    """A run's Stop was honoured before training proper began (e.g. while the built-in base was being pretrained):
+    the run ends as stopped (resumable), not failed."""
+
+
 class GenerationError(EngineError):
     """A generation request cannot be served (empty prompt, model not loaded...)."""
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import ConfigError, ModelLoadError
 from ..refs import LOOSE_HUB_ID_RE
+from ..sharing import token_kwargs
 from .architecture import Arch, analyze
 from .catalog import CatalogEntry, catalog_lookup
 from .compact_arch import builtin_arch
@@ -66,8 +67,8 @@ def _from_file(path: Path, ref: str) -> Arch:
         raise ModelLoadError(f"No config.json at {str(path)!r}.")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"{path.name} is not valid JSON ({exc}). Upload the model's config.json as it is on the Hub.") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ModelLoadError(f"{path.name} is not valid JSON ({type(exc).__name__}). Upload the model's config.json as it is on the Hub.") from None
     if not isinstance(data, dict):
         raise ModelLoadError(f"{path.name} must hold a JSON object with the model's configuration.")
     cfg = config_from_dict(data, where=path.name)
@@ -90,13 +91,13 @@ def _from_hub(repo: str) -> Arch:
         "Pick a catalog model or built-in preset, upload the model's config.json, or enter the architecture manually."
     )
     try:  # a config fetched before is in huggingface_hub's cache: no network needed
-        return _hub_arch(repo, hf_hub_download(repo, "config.json", local_files_only=True))
+        return _hub_arch(repo, hf_hub_download(repo, "config.json", local_files_only=True, **token_kwargs()))
     except (LocalEntryNotFoundError, OSError):
         pass
     if constants.HF_HUB_OFFLINE or not _hub_reachable(constants.ENDPOINT):
         raise ModelLoadError(offline)  # fail fast instead of huggingface_hub's retries with backoff
     try:
-        path = hf_hub_download(repo, "config.json", etag_timeout=5)
+        path = hf_hub_download(repo, "config.json", etag_timeout=5, **token_kwargs())
     except GatedRepoError as exc:
         raise ModelLoadError(
             f"{repo!r} is gated on the Hub: accept its licence and log in (HF_TOKEN), or upload its config.json, "

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from ..config import GenerationSettings
 from ..errors import GenerationError
 from ..fields import from_flat
 from .choices import NO_ADAPTER
+from .uploads import export_path
 
 
 def split_gen_values(gen_names: list[str], gen_vals: tuple) -> tuple[GenerationSettings, tuple]:
@@ -121,14 +122,15 @@ def drop_last_turn(history: list[dict[str, Any]] | None) -> tuple[list[dict[str,
 
 
 def batch_updates(loaded: Any, prompts: list[str], settings: GenerationSettings, *, chat: bool, micro_batch: int, stop_event: threading.Event,
-                  exports_dir: Path) -> Iterator[tuple[str, list[list[Any]], Path | None]]:
-    """(progress line, table rows, CSV file) as a batch generates; the CSV is written in exports_dir once it is over."""
+                  exports_dir: Path | None = None) -> Iterator[tuple[str, list[list[Any]], Path | None]]:
+    """(progress line, table rows, CSV file) as a batch generates; the CSV is written once it is over, under an
+    unguessable name in the private exports folder (views/uploads.py; exports_dir: a folder of the caller's instead)."""
     from ..inference.batch import batch_generate, write_csv
 
     for prog in batch_generate(loaded, prompts, settings, chat=chat, micro_batch=micro_batch, stop_event=stop_event):
         out = None
         if prog.finished or prog.stopped:
-            out = exports_dir / f"batch-{int(time.time())}.csv"
+            out = exports_dir / f"batch-{secrets.token_urlsafe(12)}.csv" if exports_dir else export_path("batch", ".csv")
             write_csv(prog.rows, out)
         yield batch_line(prog), batch_rows(prog), out
 
@@ -177,7 +179,7 @@ def onnx_export_check(loaded: Any, ref: str, prompts_text: str | None, runs_dir:
     none): the (check, value) rows, scalars only, and the model.onnx path."""
     from ..export.onnx import compare_onnx, export_onnx
 
-    path = export_onnx(loaded, runs_dir / "_exports" / f"onnx-{ref.replace(':', '-').replace('/', '-')}", runs_dir=runs_dir)
+    path = export_onnx(loaded, export_path(f"onnx-{ref.replace(':', '-').replace('/', '-')}"), runs_dir=runs_dir)
     prompts = [p for p in (prompts_text or "").splitlines() if p.strip()] or ["Hello"]
     result = compare_onnx(loaded, path, prompts, no_cache_baseline=True)
     return [[k, v if not isinstance(v, float) else round(v, 6)] for k, v in result.items() if not isinstance(v, (list, dict))], path
