@@ -28,6 +28,8 @@ def split_gen_values(gen_names: list[str], gen_vals: tuple) -> tuple[GenerationS
 def prompt_settings(gen_names: list[str], gen_vals: tuple, prompt: str | None) -> tuple[GenerationSettings, tuple]:
     """split_gen_values for a generation from a prompt, refused when the prompt is empty."""
     settings, extra = split_gen_values(gen_names, gen_vals)
+    if prompt is not None and not isinstance(prompt, str):
+        raise GenerationError(f"prompt = {prompt!r} is not allowed: text.")
     if not (prompt or "").strip():
         raise GenerationError("Type a prompt first.")
     return settings, extra
@@ -47,8 +49,19 @@ def preset_values(name: str, settings: GenerationSettings, gen_names: list[str])
     return [functools.reduce(getattr, n.split("."), new) for n in gen_names]
 
 
-def generation_request(mode: str, system: str, history: list[dict[str, Any]], prompt: str) -> Any:
-    """Chat messages (system prompt, the conversation so far, the new prompt) in chat mode; the raw prompt in completion mode."""
+def generation_request(mode: str, system: str | None, history: list[dict[str, Any]], prompt: str) -> Any:
+    """Chat messages (system prompt, the conversation so far, the new prompt) in chat mode; the raw prompt in completion mode.
+    Values an API caller may send wrongly typed are refused with a message naming the field."""
+    if mode not in ("chat", "completion"):
+        raise GenerationError(f"mode = {mode!r} is not allowed: chat or completion.")
+    if system is None:
+        system = ""
+    if not isinstance(system, str):
+        raise GenerationError(f"system prompt = {system!r} is not allowed: text (or empty).")
+    if not isinstance(prompt, str):
+        raise GenerationError(f"prompt = {prompt!r} is not allowed: text.")
+    if not isinstance(history, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in history):
+        raise GenerationError("history is not allowed: a list of messages, each with a role and a content.")
     if mode == "chat":
         return ([{"role": "system", "content": system}] if system.strip() else []) + history + [{"role": "user", "content": prompt}]
     return prompt
@@ -119,6 +132,17 @@ def drop_last_turn(history: list[dict[str, Any]] | None) -> tuple[list[dict[str,
     last = history.pop()
     text = last["content"] if isinstance(last["content"], str) else " ".join(p.get("text", "") for p in last["content"] if isinstance(p, dict))
     return history, text
+
+
+def micro_batch_of(value: Any) -> int:
+    """The Batch tab's micro batch as a whole number, or a message naming the field (an API caller may send anything)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise GenerationError(f"micro batch = {value!r} is not allowed: a whole number from 1 to 64.") from None
+    if number != number or number != int(number) or not 1 <= number <= 64:
+        raise GenerationError(f"micro batch = {value!r} is not allowed: a whole number from 1 to 64.")
+    return int(number)
 
 
 def batch_updates(loaded: Any, prompts: list[str], settings: GenerationSettings, *, chat: bool, micro_batch: int, stop_event: threading.Event,
