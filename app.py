@@ -614,16 +614,17 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
 
 # ---- The page ------------------------------------------------------------------------------------
 
-def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool | None = None) -> gr.Blocks:
+def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool | None = None, stop_grace_s: float = 20.0) -> gr.Blocks:
     """The whole page. allow_local_models lets the playground load model folders from this machine's disk: only for a
     local, trusted `python app.py --allow-local-models`, never on a shared app (refused there). owner_only: only the
-    session that started a run may act on it (default: shared mode, engine/sharing.py)."""
+    session that started a run may act on it (default: shared mode, engine/sharing.py). stop_grace_s: how long a run asked
+    to stop may take before its process tree is killed."""
     runs_dir, upload_dir = Path(runs_dir), Path(runs_dir) / "_uploads"
     upload_dir.mkdir(parents=True, exist_ok=True)
     if allow_local_models and sharing.is_shared():
         raise EngineError("--allow-local-models cannot be used on a shared app: anyone with the link could read model folders on this machine.")
     sweep_uploads(upload_dir, runs_dir)  # uploads older than a day that no run names
-    jobs = JobManager(runs_dir, owner_only=owner_only)  # shared by every browser session (its own lock serializes start/stop)
+    jobs = JobManager(runs_dir, owner_only=owner_only, stop_grace_s=stop_grace_s)  # shared by every browser session (its own lock serializes start/stop)
     with gr.Blocks(title="Compact LLM Lab") as demo:
         # This browser's key (engine/training/jobs.py "Who may stop a run"), kept in its local storage so that it survives reloads,
         # closed tabs and app restarts. At the top level: components inside a tab are not mounted until the tab is

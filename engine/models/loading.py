@@ -33,7 +33,7 @@ from ..errors import ConfigError, ModelLoadError
 from ..hardware.device import DeviceInfo, detect_device, dtype_name, resolve_dtype
 from ..hardware.placement import summarize_device_map
 from ..refs import default_runs_dir
-from ..sharing import check_remote_code, token_kwargs
+from ..sharing import check_remote_code, is_shared, token_kwargs
 from .references import resolve_adapter, resolve_model, resolve_offload_folder
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,9 @@ class LoadedModel:
 def hub_error(exc: Exception, what: str, location: str) -> ModelLoadError:
     """Translate the many ways from_pretrained fails into one message a person can act on."""
     text = str(exc)
+    if "trust_remote_code" in text and is_shared():
+        return ModelLoadError(f"{location} ships its own Python code (trust_remote_code), which a shared app never runs. "
+                              "Pick a model that transformers supports natively.")
     if "trust_remote_code" in text:
         return ModelLoadError(
             f"{location} ships its own Python code. Enable 'Trust remote code' to load it, but only if you "

@@ -134,15 +134,20 @@ def drop_last_turn(history: list[dict[str, Any]] | None) -> tuple[list[dict[str,
     return history, text
 
 
-def micro_batch_of(value: Any) -> int:
-    """The Batch tab's micro batch as a whole number, or a message naming the field (an API caller may send anything)."""
+def whole_number(value: Any, field: str, lo: int, hi: int) -> int:
+    """`value` as a whole number in [lo, hi], or a message naming the field (an API caller may send anything)."""
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise GenerationError(f"micro batch = {value!r} is not allowed: a whole number from 1 to 64.") from None
-    if number != number or number != int(number) or not 1 <= number <= 64:
-        raise GenerationError(f"micro batch = {value!r} is not allowed: a whole number from 1 to 64.")
+    except (TypeError, ValueError, OverflowError):
+        number = float("nan")
+    if number != number or number in (float("inf"), float("-inf")) or number != int(number) or not lo <= number <= hi:
+        raise GenerationError(f"{field} = {value!r} is not allowed: a whole number from {lo} to {hi:,}.")
     return int(number)
+
+
+def micro_batch_of(value: Any) -> int:
+    """The Batch tab's micro batch (1 to 64)."""
+    return whole_number(value, "micro batch", 1, 64)
 
 
 def batch_updates(loaded: Any, prompts: list[str], settings: GenerationSettings, *, chat: bool, micro_batch: int, stop_event: threading.Event,
@@ -183,7 +188,7 @@ def evaluation_row(kind: str, loaded: Any, label: str, text: str | None, dataset
     from ..inference.evaluate import dataset_perplexity, perplexity, task_accuracy
 
     if kind == "ppl":
-        kw = {"window": int(window) or None, "stride": int(stride) or None}
+        kw = {"window": whole_number(window, "window", 0, 1 << 20) or None, "stride": whole_number(stride, "stride", 0, 1 << 20) or None}
         res = perplexity(loaded, [text], **kw) if (text or "").strip() else dataset_perplexity(loaded, dataset, **kw)
         return [label, "perplexity", round(res.ppl, 3), res.summary()]
     score = task_accuracy(loaded)
