@@ -46,6 +46,23 @@ ESTIMATE = {"concurrency_limit": 2, "concurrency_id": "estimate"}  # the estimat
 
 # ---- Widgets generated from the config dataclasses -----------------------------------------------
 
+def named(comp: gr.components.Component, field: str) -> gr.components.Component:
+    """A gr.Number or gr.Slider whose wrongly typed API values (text, a list...) are refused with a message naming the
+    field; gradio's own says only "input component at index N". (The instance's preprocess is wrapped: a subclass of a
+    gradio component would make gradio write a .pyi stub beside this file.)"""
+    original = comp.preprocess
+    allowed = f"a number from {comp.minimum:g} to {comp.maximum:g}" if isinstance(comp, gr.Slider) else "a number"
+
+    def preprocess(payload: Any) -> Any:
+        try:
+            return original(payload)
+        except (TypeError, ValueError, OverflowError):
+            raise gr.Error(f"{field} = {payload!r} is not allowed: {allowed}.") from None
+
+    comp.preprocess = preprocess
+    return comp
+
+
 def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ...] = (), values: dict[str, Any] | None = None,
                 suggest: dict[str, list[str]] | None = None) -> dict[str, gr.components.Component]:
     """One typed, bounded widget per dataclass field (dotted names for nested fields). `suggest`: text fields shown as a
@@ -66,11 +83,11 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
         elif spec.choices:
             comps[name] = gr.Dropdown(choices=list(spec.choices), **common)
         elif spec.type in (int, float) and spec.min is not None and spec.max is not None and spec.step and (spec.max - spec.min) / spec.step <= 5000:
-            comps[name] = gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common)
+            comps[name] = named(gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common), name)
         elif spec.type in (int, float):
             # No gradio-side bounds: the dataclass validates, with a message that names the field.
             bounds = f" Allowed: {spec.min:g} to {spec.max:g}." if spec.min is not None and spec.max is not None else ""
-            comps[name] = gr.Number(precision=0 if spec.type is int else None, **{**common, "info": spec.help + bounds})
+            comps[name] = named(gr.Number(precision=0 if spec.type is int else None, **{**common, "info": spec.help + bounds}), name)
         else:
             comps[name] = gr.Textbox(**common)
     return comps
@@ -133,10 +150,10 @@ def estimator_form() -> SimpleNamespace:
     with gr.Accordion("…or upload a config.json / describe the architecture", open=False):
         config_file = gr.File(label="config.json", file_types=[".json"])
         with gr.Row():
-            layers, hidden = gr.Number(value=32, precision=0, label="Layers"), gr.Number(value=4096, precision=0, label="Hidden size")
-            heads, kv = gr.Number(value=32, precision=0, label="Attention heads"), gr.Number(value=8, precision=0, label="KV heads")
+            layers, hidden = named(gr.Number(value=32, precision=0, label="Layers"), "layers"), named(gr.Number(value=4096, precision=0, label="Hidden size"), "hidden")
+            heads, kv = named(gr.Number(value=32, precision=0, label="Attention heads"), "heads"), named(gr.Number(value=8, precision=0, label="KV heads"), "kv_heads")
         with gr.Row():
-            inter, vocab = gr.Number(value=14336, precision=0, label="MLP intermediate"), gr.Number(value=128256, precision=0, label="Vocabulary")
+            inter, vocab = named(gr.Number(value=14336, precision=0, label="MLP intermediate"), "intermediate"), named(gr.Number(value=128256, precision=0, label="Vocabulary"), "vocab")
             tied = gr.Checkbox(value=False, label="Tied embeddings")
         manual_btn = gr.Button("Use this architecture (Llama-style)", size="sm")
     form = make_inputs(MemoryQuery, skip=("model",))
@@ -469,7 +486,7 @@ def batch_tab() -> SimpleNamespace:
     gr.Markdown("Many prompts, generated in memory-safe micro-batches (halved automatically after an out-of-memory).")
     text = gr.Textbox(label="Prompts, one per line", lines=6)
     file = gr.File(label="…or a .txt / .jsonl / .csv file (column prompt, instruction or text)", file_types=[".txt", ".jsonl", ".csv"])
-    size = gr.Slider(1, 64, value=8, step=1, label="Micro batch")
+    size = named(gr.Slider(1, 64, value=8, step=1, label="Micro batch"), "micro batch")
     with gr.Row():
         btn, stop = gr.Button("Generate all", variant="primary"), gr.Button("Stop")
     outputs = [gr.Markdown(), gr.Dataframe(headers=["#", "prompt", "output", "tokens", "seconds"], interactive=False, wrap=True),
@@ -483,8 +500,8 @@ def evaluate_tab() -> SimpleNamespace:
     text = gr.Textbox(label="Text (empty: use the dataset below)", lines=4)
     data = gr.Dropdown(choices=list(choices.BUILTIN_DATASETS), value="builtin:corpus", label="…or a built-in dataset")
     with gr.Row():
-        window = gr.Number(value=0, precision=0, label="Window (0 = the model's context)")
-        stride = gr.Number(value=0, precision=0, label="Stride (0 = window / 2)")
+        window = named(gr.Number(value=0, precision=0, label="Window (0 = the model's context)"), "window")
+        stride = named(gr.Number(value=0, precision=0, label="Stride (0 = window / 2)"), "stride")
         both = gr.Checkbox(value=False, label="Also model B")
     with gr.Row():
         ppl_btn, acc_btn = gr.Button("Perplexity", variant="primary"), gr.Button("Date-task accuracy")
@@ -718,8 +735,10 @@ def main(argv: list[str] | None = None) -> None:
     demo = build_app(runs_dir, allow_local_models=args.allow_local_models)
     demo.queue(default_concurrency_limit=1)
     # No allowed_paths: files handed back (zips, CSVs, ONNX) are copied by gradio into its own cache from a private folder.
+    # show_error: gradio's own input checks (a value outside a dropdown's choices) reach an API caller as a message;
+    # every handler turns its own errors into messages without server details (ui_errors).
     demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), auth=auth,
-                max_file_size=MAX_FILE_BYTES)
+                max_file_size=MAX_FILE_BYTES, show_error=True)
 
 
 if __name__ == "__main__":

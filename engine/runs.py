@@ -96,11 +96,19 @@ def config_yaml(cfg: TrainConfig) -> str:
     return header + yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
 
 
+MAX_CONFIG_CHARS = 64_000
+
+
 def load_config(path: Path) -> TrainConfig:
     """Read and validate a run config YAML (ConfigError names the bad field)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        # A run config is a flat mapping of a few KB: anything far larger or deeply nested is damaged (and parsing
+        # thousands of nested brackets costs seconds on every listing of the runs).
+        if len(text) > MAX_CONFIG_CHARS or max((len(m) for m in re.findall(r"[\[{]+", text)), default=0) > 16:
+            raise ConfigError("config", path.name, f"a flat YAML mapping of TrainConfig fields (at most {MAX_CONFIG_CHARS:,} characters)")
+        data = yaml.safe_load(text)
     except FileNotFoundError:
         raise ConfigError("config", str(path), "an existing YAML file") from None
     except UnicodeDecodeError as exc:

@@ -39,7 +39,7 @@ def stop_or_kill(jobs: JobManager, name: str) -> str:
     from ..runs import EventLog, last_complete_checkpoint
 
     summary = jobs.stop(name, wait=True)  # kills the process group if it is still alive after the grace period
-    if summary.state == "killed":
+    if summary.state in ("killed", "created"):  # killed (before its first event, if "created"): record the stop
         last = last_complete_checkpoint(summary.path)
         EventLog(summary.path / "events.jsonl").write("stopped", step=summary.step, checkpoint=last.name if last else None,
                                                       message=f"killed {jobs.stop_grace_s:g} s after Stop (it did not exit by itself)")
