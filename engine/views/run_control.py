@@ -36,9 +36,16 @@ def stop_run(jobs: JobManager, name: str | None, owner: str | None) -> str:
 def stop_or_kill(jobs: JobManager, name: str) -> str:
     """Wait for a run asked to stop; kill its process tree after the grace period and record it as stopped (resumable
     from its last complete checkpoint). Returns the run's state afterwards."""
+    import time
+
     from ..runs import EventLog, last_complete_checkpoint
 
     summary = jobs.stop(name, wait=True)  # kills the process group if it is still alive after the grace period
+    for _ in range(100):  # SIGKILL is delivered asynchronously: wait until the process is gone
+        if summary.state != "running":
+            break
+        time.sleep(0.1)
+        summary = jobs.status(name)
     if summary.state in ("killed", "created"):  # killed (before its first event, if "created"): record the stop
         last = last_complete_checkpoint(summary.path)
         EventLog(summary.path / "events.jsonl").write("stopped", step=summary.step, checkpoint=last.name if last else None,
