@@ -12,8 +12,9 @@ lock serializes start/stop so two clicks cannot start two jobs.
 
 Who may act on a run: with `owner_only` (default: shared mode, engine/sharing.py), a run started with an `owner` key
 (a random key the browser keeps in its local storage, or the gradio session of an API caller) can be stopped,
-resumed, retried, deleted, merged, zipped, pushed or have its data previewed only with that key; the key is stored
-hashed in `<run>/owner`. Runs started without a key (the CLI) cannot be controlled through a shared app at all. In a
+resumed, retried, deleted, merged, zipped or pushed only with that key (engine/views/run_control.py); the key is
+stored hashed in `<run>/owner`. (Its uploaded data is kept in a folder of the session that uploaded it:
+engine/views/uploads.py.) Runs started without a key (the CLI) cannot be controlled through a shared app at all. In a
 local app (not shared) anyone who can reach the app controls every run. In shared mode the training subprocess gets
 no Hugging Face token in its environment (engine/sharing.py `child_env`).
 """
