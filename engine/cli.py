@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import GenerationSettings, QuantSettings, TrainConfig
-from .errors import EngineError
+from .errors import EngineError, RunStopped
 from .fields import field_specs, from_dict, from_flat, to_dict
 
 
@@ -110,6 +110,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     events = EventLog(run_dir / "events.jsonl", all_ranks=True)  # a failure of any rank must reach the UI
     try:
         result = run_training(cfg, run_dir, runs_dir=runs_dir, resume=args.resume)
+    except RunStopped as exc:  # a Stop honoured before training proper (the built-in base's pretraining): resumable
+        (run_dir / "STOP").unlink(missing_ok=True)
+        events.write("stopped", step=0, checkpoint=None, message=str(exc))
+        print(str(exc), flush=True)
+        return 0
     except EngineError as exc:
         events.write("error", kind=getattr(exc, "kind", "engine"), message=str(exc))  # "nan": the loss diverged
         raise

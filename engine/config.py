@@ -16,6 +16,7 @@ from typing import Literal
 from .errors import ConfigError
 from .fields import opt, validate
 from .refs import BUILTIN_PREFIX, check_hub_config, check_hub_ref, check_split, is_folder_safe_name, is_hub_ref, parse_columns
+from .sharing import check_remote_code
 
 # --------------------------------------------------------------------------------------------------
 # Model loading
@@ -225,6 +226,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+        check_remote_code(self.trust_remote_code)  # refused on a shared app, in the app and in its training subprocess alike
         if not self.base_model.strip():
             raise ConfigError("base_model", self.base_model, "a built-in name, run:NAME, a Hub id or a model folder")
         if not self.dataset.strip():

@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -58,17 +59,72 @@ def wait_for_no_live_run(runs: Path, timeout: float = 120.0) -> None:
 
 
 @contextlib.contextmanager
-def running_app(runs: Path, **build_kwargs):
-    """The whole app, launched in-process on a free local port (as `python app.py` serves it); closed on exit."""
+def running_app(runs: Path, *, launch: dict | None = None, **build_kwargs):
+    """The whole app, launched in-process on a free local port (as `python app.py` serves it); closed on exit.
+    launch: more arguments for demo.launch (auth, max_file_size...)."""
     import app
 
     demo = app.build_app(runs, **build_kwargs)
     demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True, **(launch or {}))
     try:
         yield demo
     finally:
         demo.close()
+
+
+# --- hostile inputs (tests/app/test_hostile_*.py, engine-level tests of shared mode) ---
+
+
+def evil_hub_model(hub_cache: Path, marker: Path, repo: str = "evil/remote-code") -> str:
+    """A Hub-style model in a Hugging Face cache folder whose config (and tokenizer config) point with auto_map to a
+    .py file that would write `marker` when imported: it must never run. Returns the repo id."""
+    snap = hub_cache / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
+    snap.mkdir(parents=True, exist_ok=True)
+    (hub_cache / f"models--{repo.replace('/', '--')}" / "refs").mkdir(exist_ok=True)
+    (hub_cache / f"models--{repo.replace('/', '--')}" / "refs" / "main").write_text("0" * 40)
+    code = f"from pathlib import Path\nPath({str(marker)!r}).write_text('remote code ran')\nfrom transformers import PretrainedConfig\n" \
+           "class EvilConfig(PretrainedConfig):\n    model_type = 'evilgpt'\n"
+    (snap / "evil.py").write_text(code)
+    (snap / "config.json").write_text(json.dumps({"model_type": "evilgpt", "architectures": ["EvilModel"], "auto_map": {
+        "AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}, "hidden_size": 64, "num_hidden_layers": 2}))
+    (snap / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["evil.EvilTokenizer", None]}}))
+    return repo
+
+
+def parquet_bomb(path: Path, rows: int = 3_000_000) -> Path:
+    """A few KB of dictionary-encoded parquet holding `rows` copies of one instruction row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    idx = pa.array(np.zeros(rows, dtype=np.int8))
+    col = pa.DictionaryArray.from_arrays(idx, pa.array(["x" * 200]))
+    pq.write_table(pa.table({"instruction": col, "output": col}), path, row_group_size=rows)
+    return path
+
+
+def stubborn_run(runs: Path, name: str, owner: str | None) -> Any:
+    """A run folder whose recorded process ignores its STOP file and SIGTERM (a run hung in a download or a save).
+    owner: the key that started it (hashed as engine/training/jobs.py stores it). The caller reaps the process."""
+    import hashlib
+    import subprocess
+    import sys
+
+    from engine.config import TrainConfig
+    from engine.runs import EventLog, save_config
+    from engine.training.jobs import proc_start_time
+
+    run_dir = runs / name
+    run_dir.mkdir(parents=True)
+    save_config(run_dir, TrainConfig(run_name=name, base_model="builtin:compact-mini", dataset="builtin:dates"))
+    if owner:
+        (run_dir / "owner").write_text(hashlib.sha256(owner.encode()).hexdigest() + "\n")
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"],
+                            start_new_session=True)
+    (run_dir / "pid").write_text(f"{proc.pid} {proc_start_time(proc.pid) or ''}\n")
+    EventLog(run_dir / "events.jsonl").write("start", run=name, method="lora", device_kind="cpu")
+    return proc
 
 
 # --- shared by several test folders (formerly in tests/models/test_loading.py) ---

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,6 +32,7 @@ class FakeJobs:
 
     def stop(self, name, wait=True):
         self.calls.append(("stop", name, wait))
+        return SimpleNamespace(state="stopped")
 
     def resume(self, name):
         self.calls.append(("resume", name))
@@ -55,7 +57,7 @@ def test_no_run_picked_is_a_message(action, message):
 def test_actions_check_the_owner_first_and_say_what_happened():
     jobs = FakeJobs()
     assert stop_run(jobs, "r", "key").startswith("Asked 'r' to stop")
-    assert jobs.calls == [("check", "r", "key", "stop"), ("stop", "r", False)]
+    assert jobs.calls[:2] == [("check", "r", "key", "stop"), ("stop", "r", False)]  # then a background stop_or_kill
     assert resume_run(jobs, "r", "key") == "Resuming 'r' from its last complete checkpoint."
     new, text = retry_run(jobs, "r", "key")
     assert new == "r-retry" and text.startswith("Started 'r-retry' with half the micro batch")
@@ -65,6 +67,8 @@ def test_actions_check_the_owner_first_and_say_what_happened():
     with pytest.raises(JobError, match="Only the browser"):
         stop_run(refused, "r", "other")
     assert refused.calls == [("check", "r", "other", "stop")]
+    time.sleep(0.1)  # the background stop_or_kill of the first stop
+    assert [c for c in jobs.calls if c[0] == "stop"][-1] == ("stop", "r", True)
 
 
 def test_download_and_merge_need_a_run_and_merge_a_finished_one():
