@@ -1,0 +1,152 @@
+"""The Ollama `Modelfile` written beside an exported GGUF: FROM, TEMPLATE, stop tokens and decoding PARAMETERs.
+
+Ollama does not run Jinja: its TEMPLATE is a Go template over `.Messages` (each with `.Role` and `.Content`). A
+wrong template is the usual cause of "gibberish in Ollama", so the Go template is *derived from the model's own
+Jinja chat template* and checked against it: the Jinja template is rendered for one message of each role (with
+marker contents) to find the text before and after each role's content and the generation prompt, then several
+whole conversations are rendered both ways and must agree character for character. Chat formats that add text
+the split cannot see (a default system prompt, as Qwen2.5's does) are tried with the ChatML layout as well. When
+nothing agrees, the Modelfile has no TEMPLATE and says why (Ollama then falls back to its own guess from the
+template stored in the GGUF).
+
+PARAMETERs come from a decoding preset (presets/generation.yaml) turned into Ollama's names; greedy decoding is
+temperature 0. `no_repeat_ngram_size` has no Ollama counterpart and is left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import EngineError
+
+_MARK = {"system": "\x01SYSTEM\x01", "user": "\x01USER\x01", "assistant": "\x01ASSISTANT\x01"}
+_ROLES = ("system", "user", "assistant")
+# Conversations both renderings must agree on (the Go template is only written when every one matches).
+_CHECKS = (("user",), ("user", "assistant", "user"), ("system", "user", "assistant", "user"))
+_CHATML = {"prefix": {r: f"<|im_start|>{r}\n" for r in _ROLES}, "suffix": dict.fromkeys(_ROLES, "<|im_end|>\n"),
+           "generation": "<|im_start|>assistant\n"}
+
+
+def _render(tokenizer: Any, roles: tuple[str, ...], generation: bool) -> str | None:
+    messages = [{"role": r, "content": _MARK[r]} for r in roles]
+    try:
+        return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation))
+    except Exception:  # noqa: BLE001 - a template may raise on any layout it does not accept (e.g. no system role)
+        return None
+
+
+def _derived_layout(tokenizer: Any) -> dict[str, Any] | None:
+    """Per-role prefix/suffix and the generation prompt read off single-message renderings."""
+    head = _render(tokenizer, (), False) or ""
+    layout: dict[str, Any] = {"head": head, "implicit": "", "prefix": {}, "suffix": {}}
+    for role in _ROLES:
+        text = _render(tokenizer, (role,), False)
+        if text is None or not text.startswith(head) or text.count(_MARK[role]) != 1:
+            if role == "system":
+                continue  # a template without a system role: conversations with one are not checked
+            return None
+        before, after = text[len(head):].split(_MARK[role])
+        layout["prefix"][role], layout["suffix"][role] = before, after
+    plain, gen = _render(tokenizer, ("user",), False), _render(tokenizer, ("user",), True)
+    if plain is None or gen is None or not gen.startswith(plain):
+        return None
+    layout["generation"] = gen[len(plain):]
+    return layout
+
+
+def _known_layout(tokenizer: Any, known: dict[str, Any]) -> dict[str, Any] | None:
+    """A fixed per-role layout (ChatML) plus whatever the template adds before a conversation without a system turn."""
+    layout = {"prefix": dict(known["prefix"]), "suffix": dict(known["suffix"]), "generation": known["generation"]}
+    with_system, without = _render(tokenizer, ("system",), False), _render(tokenizer, ("user",), False)
+    system_block = layout["prefix"]["system"] + _MARK["system"] + layout["suffix"]["system"]
+    user_block = layout["prefix"]["user"] + _MARK["user"] + layout["suffix"]["user"]
+    if with_system is None or without is None or not with_system.endswith(system_block) or not without.endswith(user_block):
+        return None
+    layout["head"] = with_system[: -len(system_block)]
+    implicit = without[: -len(user_block)]
+    if not implicit.startswith(layout["head"]):
+        return None
+    layout["implicit"] = implicit[len(layout["head"]):]
+    return layout
+
+
+def _python_render(layout: dict[str, Any], roles: tuple[str, ...]) -> str:
+    """What the Go template below produces for these roles (the same layout, written out in Python)."""
+    text = layout["head"] + (layout["implicit"] if roles and roles[0] != "system" else "")
+    text += "".join(layout["prefix"][r] + _MARK[r] + layout["suffix"][r] for r in roles)
+    return text + layout["generation"]
+
+
+def _agrees(tokenizer: Any, layout: dict[str, Any]) -> bool:
+    checked = 0
+    for roles in _CHECKS:
+        if any(r not in layout["prefix"] for r in roles):
+            continue
+        expected = _render(tokenizer, roles, True)
+        if expected is None:
+            continue
+        if expected != _python_render(layout, roles):
+            return False
+        checked += 1
+    return checked >= 2
+
+
+def chat_layout(tokenizer: Any) -> dict[str, Any] | None:
+    """The template's layout (head, implicit system text, per-role prefix/suffix, generation prompt) when it could be
+    derived and checked against the Jinja template on whole conversations; None otherwise."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    for candidate in (_derived_layout(tokenizer), _known_layout(tokenizer, _CHATML)):
+        if candidate is not None and _agrees(tokenizer, candidate):
+            return candidate
+    return None
+
+
+def _go_literal(text: str) -> str:
+    # "{{" would open an action inside literal text; print it from a string constant instead
+    return text.replace("{{", '{{ "{{" }}')
+
+
+def go_template(layout: dict[str, Any]) -> str:
+    """Ollama's TEMPLATE for a layout: a range over .Messages, on one line of actions so that no whitespace is trimmed
+    from the literal text (a trailing newline of a turn is part of the format)."""
+    lit = _go_literal
+    out = lit(layout["head"])
+    if layout["implicit"]:
+        out += '{{ if or (not .Messages) (ne (index .Messages 0).Role "system") }}' + lit(layout["implicit"]) + "{{ end }}"
+    branches = [f'{"if" if i == 0 else "else if"} eq .Role "{role}" }}}}{lit(layout["prefix"][role])}{{{{ .Content }}}}{lit(layout["suffix"][role])}'
+                for i, role in enumerate(r for r in _ROLES if r in layout["prefix"])]
+    out += "{{ range .Messages }}" + "".join("{{ " + b for b in branches) + "{{ end }}{{ end }}"
+    return out + lit(layout["generation"])
+
+
+def ollama_parameters(preset: str) -> list[tuple[str, Any]]:
+    """(name, value) PARAMETER lines for a decoding preset of presets/generation.yaml, in Ollama's names."""
+    from ..inference.generate import apply_preset
+
+    s = apply_preset(preset)
+    params: list[tuple[str, Any]] = [("temperature", 0 if not s.do_sample else s.temperature)]
+    if s.do_sample:
+        params += [("top_k", s.top_k), ("top_p", s.top_p), ("min_p", s.min_p)]
+    params += [("repeat_penalty", s.repetition_penalty), ("num_predict", s.max_new_tokens)]
+    return params
+
+
+def modelfile_text(gguf_name: str, tokenizer: Any, stops: list[str], preset: str, context_length: int) -> tuple[str, bool]:
+    """(the Modelfile, whether it has a checked TEMPLATE). gguf_name: the file beside it; stops: end tokens."""
+    if '"' in "".join(stops):
+        raise EngineError("A stop token contains a double quote, which a Modelfile cannot hold.")
+    lines = ["# Ollama Modelfile written by Compact LLM Lab. Use it with:", f"#   ollama create my-model -f Modelfile && ollama run my-model",
+             "", f"FROM ./{gguf_name}", ""]
+    layout = chat_layout(tokenizer)
+    template = go_template(layout) if layout else None
+    if template and '"""' not in template:
+        lines += ["# The chat template, translated from the model's Jinja template and checked against it.", f'TEMPLATE """{template}"""', ""]
+    else:
+        template = None
+        lines += ["# No TEMPLATE: the model's chat template could not be translated to Ollama's Go template exactly, so Ollama",
+                  "# uses its own guess from the template stored in the GGUF file. Check the first answers.", ""]
+    lines += [f'PARAMETER stop "{s}"' for s in stops]
+    lines += [f"PARAMETER {k} {v}" for k, v in ollama_parameters(preset)]
+    lines.append(f"PARAMETER num_ctx {int(context_length)}")
+    return "\n".join(lines) + "\n", template is not None
