@@ -1,4 +1,4 @@
-"""Command line: `python -m engine estimate|train|generate|prepare-builtin|merge|push|runs`.
+"""Command line: `python -m engine estimate|train|generate|prepare-builtin|merge|export-gguf|push|runs`.
 
 Every flag is generated from the config dataclasses (engine/config.py): the flag's help is the field's
 help text, choices come from its Literal type, and values are validated by the same __post_init__ the UI
@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .config import GenerationSettings, QuantSettings, TrainConfig
+from .config import GenerationSettings, GgufSettings, QuantSettings, TrainConfig
 from .errors import EngineError
 from .fields import field_specs, from_dict, from_flat, to_dict
 
@@ -187,6 +187,19 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_gguf(args: argparse.Namespace) -> int:
+    from .export.gguf_run import export_ref_gguf, zip_export
+    from .refs import default_runs_dir
+
+    settings = from_flat(GgufSettings, _given(args, GgufSettings))
+    result = export_ref_gguf(args.run, default_runs_dir(), settings)
+    print(f"GGUF ({result.arch}, {result.type}, {result.bytes / 2**20:,.1f} MiB, {result.seconds:.2f} s): {result.gguf_path}")
+    print(f"Ollama Modelfile: {result.modelfile}" + ("" if result.template_checked else " (no TEMPLATE: see the comment inside)"))
+    if args.zip:
+        print(f"zip: {zip_export(result.folder)}")
+    return 0
+
+
 def cmd_push(args: argparse.Namespace) -> int:
     import getpass
     import os
@@ -263,6 +276,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="Merge a run's LoRA adapter into a 16-bit copy of its base model.")
     p.add_argument("run", help="Run name under the runs directory.")
     p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser(
+        "export-gguf", help="Write a finished run (or builtin:NAME) to GGUF for llama.cpp / Ollama, with an Ollama Modelfile.",
+        description="Write a finished run's model (full/scratch runs) or merged model (LoRA/QLoRA runs, merged first when needed) "
+                    "to <runs>/_exports/gguf-<run>-<type>/: the .gguf file (tokenizer and chat template inside), an Ollama "
+                    "Modelfile and gguf_info.json. Pure Python (the gguf package): nothing is compiled or downloaded.")
+    p.add_argument("--run", required=True, help="Run name under the runs directory (or run:NAME, or builtin:NAME for a built-in model).")
+    p.add_argument("--zip", action="store_true", help="Also pack the export folder into one zip beside it.")
+    add_dataclass_args(p, GgufSettings)
+    p.set_defaults(func=cmd_export_gguf)
 
     p = sub.add_parser(
         "push", help="Push a finished run's adapter, merged model or model to the Hugging Face Hub, with a model card.",

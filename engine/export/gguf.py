@@ -277,7 +277,8 @@ def export_gguf(source: str | Path, out_dir: str | Path, settings: GgufSettings 
         writer.write_tensors_to_file()
         writer.close()
         seconds = time.perf_counter() - t0
-        text, checked = modelfile_text(gguf_name, tokenizer, end_tokens(vocab), settings.preset, int(cfg.get("max_position_embeddings", 2048)))
+        text, checked = modelfile_text(gguf_name, tokenizer, end_tokens(vocab), settings.preset, int(cfg.get("max_position_embeddings", 2048)),
+                                       adds_bos=bool(vocab["add_special"].get("bos")))
         (tmp / "Modelfile").write_text(text, encoding="utf-8")
         size = (tmp / gguf_name).stat().st_size
         info = {"source_model_type": cfg["model_type"], "architecture": arch, "type": settings.type, "file": gguf_name, "bytes": size,

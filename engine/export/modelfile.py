@@ -35,9 +35,9 @@ def _render(tokenizer: Any, roles: tuple[str, ...], generation: bool) -> str | N
         return None
 
 
-def _derived_layout(tokenizer: Any) -> dict[str, Any] | None:
-    """Per-role prefix/suffix and the generation prompt read off single-message renderings."""
-    head = _render(tokenizer, (), False) or ""
+def _derived_layout(tokenizer: Any, head: str) -> dict[str, Any] | None:
+    """Per-role prefix/suffix and the generation prompt read off single-message renderings, given the text the
+    template writes before any message (`head`, e.g. a bos token)."""
     layout: dict[str, Any] = {"head": head, "implicit": "", "prefix": {}, "suffix": {}}
     for role in _ROLES:
         text = _render(tokenizer, (role,), False)
@@ -52,6 +52,16 @@ def _derived_layout(tokenizer: Any) -> dict[str, Any] | None:
         return None
     layout["generation"] = gen[len(plain):]
     return layout
+
+
+def _head_candidates(tokenizer: Any) -> list[str]:
+    """What a template may write before the first message: its rendering of no messages (when it accepts none),
+    nothing, or the text a user turn and an assistant turn start with alike (a bos token); the check decides."""
+    import os
+
+    singles = [t for t in (_render(tokenizer, ("user",), False), _render(tokenizer, ("assistant",), False)) if t is not None]
+    heads = [_render(tokenizer, (), False), "", os.path.commonprefix(singles) if len(singles) == 2 else None]
+    return list(dict.fromkeys(h for h in heads if h is not None))
 
 
 def _known_layout(tokenizer: Any, known: dict[str, Any]) -> dict[str, Any] | None:
@@ -96,7 +106,8 @@ def chat_layout(tokenizer: Any) -> dict[str, Any] | None:
     derived and checked against the Jinja template on whole conversations; None otherwise."""
     if not getattr(tokenizer, "chat_template", None):
         return None
-    for candidate in (_derived_layout(tokenizer), _known_layout(tokenizer, _CHATML)):
+    candidates = [_derived_layout(tokenizer, head) for head in _head_candidates(tokenizer)] + [_known_layout(tokenizer, _CHATML)]
+    for candidate in candidates:
         if candidate is not None and _agrees(tokenizer, candidate):
             return candidate
     return None
@@ -132,13 +143,17 @@ def ollama_parameters(preset: str) -> list[tuple[str, Any]]:
     return params
 
 
-def modelfile_text(gguf_name: str, tokenizer: Any, stops: list[str], preset: str, context_length: int) -> tuple[str, bool]:
-    """(the Modelfile, whether it has a checked TEMPLATE). gguf_name: the file beside it; stops: end tokens."""
+def modelfile_text(gguf_name: str, tokenizer: Any, stops: list[str], preset: str, context_length: int, *, adds_bos: bool = False) -> tuple[str, bool]:
+    """(the Modelfile, whether it has a checked TEMPLATE). gguf_name: the file beside it; stops: end tokens; adds_bos: the
+    GGUF says to add the bos token to every prompt (llama.cpp then adds it, so the template must not write it too)."""
     if '"' in "".join(stops):
         raise EngineError("A stop token contains a double quote, which a Modelfile cannot hold.")
-    lines = ["# Ollama Modelfile written by Compact LLM Lab. Use it with:", f"#   ollama create my-model -f Modelfile && ollama run my-model",
+    lines = ["# Ollama Modelfile written by Compact LLM Lab. Use it with:", "#   ollama create my-model -f Modelfile && ollama run my-model",
              "", f"FROM ./{gguf_name}", ""]
     layout = chat_layout(tokenizer)
+    bos = getattr(tokenizer, "bos_token", None)
+    if layout and adds_bos and bos and layout["head"].startswith(bos):
+        layout["head"] = layout["head"][len(bos):]  # a second bos would change what the model sees
     template = go_template(layout) if layout else None
     if template and '"""' not in template:
         lines += ["# The chat template, translated from the model's Jinja template and checked against it.", f'TEMPLATE """{template}"""', ""]
