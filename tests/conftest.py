@@ -375,7 +375,7 @@ def spm_tokenizer(texts: list[str], vocab_size: int = 400):
     return tokenizer
 
 
-def build_tiny_hf_model(dest: Path, kind: str, *, steps: int = 80, seed: int = 0) -> Path:
+def build_tiny_hf_model(dest: Path, kind: str, *, steps: int = 40, seed: int = 0) -> Path:
     """A tiny trained Llama, Qwen2 or Mistral (2 layers, hidden 64, grouped-query attention 4:2) with a tokenizer, saved
     into `dest`. Llama and Qwen2 use the byte-level tokenizer of the compact models (engine/models/tokenizer.py),
     Mistral the SentencePiece-style one above; trained on the chat exchanges so that greedy outputs are not ties."""

@@ -36,14 +36,26 @@ def _split_ref(ref: str) -> tuple[str, str]:
     return "run", ref.removesuffix(MERGED_SUFFIX)
 
 
+def _finished_run(runs_dir: Path, name: str) -> Path:
+    """The folder of finished run `name`; EngineError when there is no such run or it has not finished."""
+    from ..runs import run_path
+    from .card import run_events
+
+    run_dir = run_path(Path(runs_dir), name)
+    if not (run_dir / "config.yaml").exists() and not (run_dir / "events.jsonl").exists():
+        raise EngineError(f"There is no run {name!r} to export.")
+    summary, _ = run_events(run_dir)
+    if summary.state != "finished":
+        raise EngineError(f"Run {name!r} is {summary.state}, not finished: only a finished run has a final model to export.")
+    return run_dir
+
+
 def gguf_source(ref: str, runs_dir: Path, *, merge: bool = True) -> tuple[Path, str]:
     """(model folder to write, a name for the file) for a reference; merges a LoRA run first when needed (merge=True).
 
     Raises EngineError saying what is missing (an unfinished run, a built-in model not pretrained yet, ...).
     """
     from ..models.references import builtin_model_dir
-    from ..runs import run_path
-    from .card import run_events
 
     kind, name = _split_ref(ref)
     runs_dir = Path(runs_dir)
@@ -53,12 +65,7 @@ def gguf_source(ref: str, runs_dir: Path, *, merge: bool = True) -> tuple[Path, 
             raise EngineError(f"The built-in model {name!r} has not been pretrained yet: `python -m engine prepare-builtin {name}` "
                               "(or start any run on it) first.")
         return folder, name
-    run_dir = run_path(runs_dir, name)
-    if not (run_dir / "config.yaml").exists() and not (run_dir / "events.jsonl").exists():
-        raise EngineError(f"There is no run {name!r} to export.")
-    summary, _ = run_events(run_dir)
-    if summary.state != "finished":
-        raise EngineError(f"Run {name!r} is {summary.state}, not finished: only a finished run has a final model to export.")
+    run_dir = _finished_run(runs_dir, name)
     if (run_dir / "model" / "config.json").exists():
         return run_dir / "model", name
     adapter, merged = run_dir / "adapter", run_dir / "merged"
@@ -84,7 +91,7 @@ def gguf_check(ref: str, runs_dir: Path) -> str | None:
         if kind == "builtin":
             folder, _ = gguf_source(ref, runs_dir)
         else:
-            run_dir = Path(runs_dir) / name
+            run_dir = _finished_run(runs_dir, name)
             if (run_dir / "model" / "config.json").exists():
                 folder = run_dir / "model"
             elif (run_dir / "merged" / "config.json").exists():
@@ -115,7 +122,7 @@ def export_ref_gguf(ref: str, runs_dir: Path, settings: GgufSettings | None = No
     if _split_ref(ref)[0] == "run" and (run_dir / "events.jsonl").exists():
         from ..runs import EventLog
 
-        EventLog(run_dir / "events.jsonl").write("export", format="gguf", type=settings.type, file=result.gguf_path.name,
+        EventLog(run_dir / "events.jsonl").write("export", format="gguf", gguf_type=settings.type, file=result.gguf_path.name,
                                                  bytes=result.bytes, seconds=round(result.seconds, 3))
     return result
 
