@@ -59,8 +59,9 @@ def exported(sources, tmp_path_factory) -> dict[tuple[str, str], object]:
 
 
 def _source(path: Path):
-    import engine.models.compact  # noqa: F401 - registers CompactLLM with the Auto classes
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import engine.models.compact  # noqa: F401 - registers CompactLLM with the Auto classes
 
     return AutoModelForCausalLM.from_pretrained(str(path)).eval(), AutoTokenizer.from_pretrained(str(path))
 
