@@ -23,7 +23,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine.config import GenerationSettings, MemoryQuery, QuantSettings, TrainConfig
+from engine.config import GenerationSettings, GgufSettings, MemoryQuery, QuantSettings, TrainConfig
 from engine.errors import EngineError
 from engine.estimator import memory, recipes
 from engine.estimator.handoff import check_ui_estimator_model
@@ -219,8 +219,14 @@ def run_actions(jobs: JobManager) -> SimpleNamespace:
         delete = gr.Button("Delete", scale=1)
     with gr.Row():
         zip_btn, merge_btn = gr.Button("Download run (zip)", size="sm"), gr.Button("Merge adapter into a 16-bit model", size="sm")
+    with gr.Row(equal_height=True):  # GGUF for llama.cpp / Ollama / LM Studio (engine/export/gguf.py): nothing to compile
+        gguf_spec = field_specs(GgufSettings)[0]
+        gguf_type = gr.Dropdown(choices=list(gguf_spec.choices), value=gguf_spec.default, label=gguf_spec.label, info=gguf_spec.help, scale=3)
+        gguf_btn = gr.Button("Export GGUF (+ Ollama Modelfile)", size="sm", scale=1)
+    gguf_note = gr.Markdown(elem_id="finetune-gguf-note")
     download = gr.File(label="Download", visible=False)
-    return SimpleNamespace(run_pick=run_pick, resume=resume, retry=retry, delete=delete, zip_btn=zip_btn, merge_btn=merge_btn, download=download)
+    return SimpleNamespace(run_pick=run_pick, resume=resume, retry=retry, delete=delete, zip_btn=zip_btn, merge_btn=merge_btn, download=download,
+                           gguf_type=gguf_type, gguf_btn=gguf_btn, gguf_note=gguf_note)
 
 
 def push_panel(jobs: JobManager, run_pick: gr.Dropdown) -> None:
@@ -231,6 +237,8 @@ def push_panel(jobs: JobManager, run_pick: gr.Dropdown) -> None:
             push_what = gr.Radio(["adapter", "merged", "model"], value="adapter", label="What", scale=2,
                                  info="adapter (LoRA/QLoRA), merged (after Merge adapter) or model (full / from scratch)")
             push_private = gr.Checkbox(value=True, label="Private", info="for a new repo", scale=1)
+        push_gguf = gr.Radio(["none", *field_specs(GgufSettings)[0].choices], value="none", label="Also upload a GGUF (llama.cpp / Ollama)",
+                             info="With merged or model: the GGUF file and its Ollama Modelfile go up beside the model.")
         # The token is never returned to any output (the box is cleared after a push) and never read from the
         # server's HF_TOKEN: on a shared link that would let anyone push with the owner's account.
         push_token = gr.Textbox(type="password", label="Hugging Face token (write permission)", placeholder="hf_…",
@@ -239,13 +247,13 @@ def push_panel(jobs: JobManager, run_pick: gr.Dropdown) -> None:
         push_result = gr.Markdown()
 
         @ui_errors
-        def on_push(name, repo, what, private, token):
-            return run_control.push_finished_run(jobs, name, repo, what, private, token), ""
+        def on_push(name, repo, what, private, token, gguf="none"):
+            return run_control.push_finished_run(jobs, name, repo, what, private, token, gguf), ""
 
         def push_default(name):  # a full/scratch run has a model, not an adapter
             return run_control.push_default(jobs, name) or gr.skip()
 
-        push_btn.click(on_push, [run_pick, push_repo, push_what, push_private, push_token], [push_result, push_token], api_name="push_to_hub")
+        push_btn.click(on_push, [run_pick, push_repo, push_what, push_private, push_token, push_gguf], [push_result, push_token], api_name="push_to_hub")
         run_pick.change(push_default, [run_pick], [push_what], **QUIET, api_visibility="private")
 
 
@@ -328,8 +336,13 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
     def on_merge(name):
         gr.Info(run_control.merge_finished_run(jobs, name))
 
+    @ui_errors
+    def on_gguf(name, gguf_type):
+        path, message = run_control.export_gguf_for_download(jobs, name, gguf_type)
+        return gr.update(value=str(path), visible=True), message
+
     return SimpleNamespace(on_load=on_load, init_owner=init_owner, on_poll=on_poll, on_stop=on_stop, on_resume=on_resume, on_retry=on_retry,
-                           on_delete=on_delete, on_zip=on_zip, on_merge=on_merge)
+                           on_delete=on_delete, on_zip=on_zip, on_merge=on_merge, on_gguf=on_gguf)
 
 
 def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool = False) -> dict[str, Any]:
@@ -359,6 +372,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     run_pick.input(lambda n: n, [run_pick], [watched], queue=False)
     act.zip_btn.click(rh.on_zip, [run_pick], [act.download], api_name="download_run")
     act.merge_btn.click(rh.on_merge, [run_pick], None, api_name="merge_adapter", **GPU)
+    act.gguf_btn.click(rh.on_gguf, [run_pick, act.gguf_type], [act.download, act.gguf_note], api_name="export_gguf", **GPU)
+    run_pick.change(lambda n: run_control.gguf_note(jobs, n), [run_pick], [act.gguf_note], **QUIET, api_visibility="private")
     f.show_cmd.click(fh.on_show_cmd, f.inputs, [f.command], api_name="show_command")
     f.preset_btn.click(fh.on_preset, [f.preset, *f.inputs], [f.preset_note, *form.values()], api_name="apply_preset").then(
         fh.on_predict, f.inputs, [f.prediction], **QUIET)

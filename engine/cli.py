@@ -225,7 +225,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     if token is None and sys.stdin.isatty():
         token = getpass.getpass("Hugging Face token with write permission (input hidden): ").strip() or None
     url = push_run(run_dir, args.repo, what=args.what, token=token, private=args.private, merge=args.merge,
-                   license=args.license, runs_dir=runs_dir)
+                   license=args.license, runs_dir=runs_dir, gguf=args.gguf)
     print(f"pushed to {url}")
     return 0
 
@@ -303,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     vis.add_argument("--public", dest="private", action="store_false", help="Create the repo public.")
     p.add_argument("--merge", action="store_true", help="With --what merged: merge the adapter first if it has not been merged.")
     p.add_argument("--license", default=None, help="License id for the model card (e.g. apache-2.0); default: omitted.")
+    p.add_argument("--gguf", choices=["f16", "q8_0", "q4_0"], default=None,
+                   help="Also upload a GGUF of the model (with --what merged or model) and its Ollama Modelfile.")
     p.set_defaults(func=cmd_push)
 
     p = sub.add_parser("runs", help="List runs and their state.")

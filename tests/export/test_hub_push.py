@@ -383,3 +383,36 @@ def test_the_real_client_reads_the_staged_folder_and_card(runs, hub, monkeypatch
     assert seen["adapter_model.safetensors"] == weights.stat().st_size > 0
     card = ModelCard(seen["README.md"])
     assert card.data.library_name == "peft" and card.data.base_model == "Qwen/Qwen2.5-0.5B" and "compact-llm-lab" in card.data.tags
+
+
+# -- the card's eval_results and the GGUF option of a push (issue: take the model home) ---------------
+
+
+def test_card_eval_results_parse_back_with_huggingface_hub(runs):
+    from huggingface_hub import ModelCard
+
+    run = adapter_run(runs)
+    card = ModelCard(model_card(run, "adapter", "alice/dates-qlora", license="apache-2.0"))
+    data = card.data
+    assert data.library_name == "peft" and data.license == "apache-2.0" and "compact-llm-lab" in data.tags
+    results = {r.metric_type: r for r in data.eval_results}
+    assert results["loss"].metric_value == 1.25 and results["perplexity"].metric_value == pytest.approx(3.49, abs=0.01)
+    assert results["accuracy"].metric_value == 0.85 and results["accuracy"].task_name == "Date to ISO conversion"
+    assert results["loss"].dataset_type == "compact-llm-lab/dates" and data.model_name == "dates-qlora"
+    assert "## Other formats" in card.content and "model.onnx.data" in card.content
+
+
+def test_push_model_with_gguf_uploads_the_file_modelfile_and_ollama_usage(runs, hub, tiny_dir):
+    run = runs / "full-g"
+    shutil.copytree(tiny_dir, run / "model")
+    finish_run(run, TrainConfig(method="full", base_model="builtin:compact-mini", dataset="builtin:dates", max_steps=2, run_name="full-g"))
+    push_run(run, "alice/dates-full", what="model", token=TOKEN, gguf="q8_0")
+    files = hub.files()
+    assert {"full-g-q8_0.gguf", "Modelfile", "README.md", "model.safetensors"} <= files
+    readme = (hub.uploads[-1] / "README.md").read_text()
+    assert "ollama run hf.co/alice/dates-full:Q8_0" in readme and "gguf" in front_matter(readme)["tags"]
+    assert "FROM ./full-g-q8_0.gguf" in (hub.uploads[-1] / "Modelfile").read_text()
+    with pytest.raises(ConfigError, match="gguf"):
+        push_run(adapter_run(runs), "alice/x", what="adapter", token=TOKEN, gguf="q8_0")
+    with pytest.raises(ConfigError, match="type"):
+        push_run(run, "alice/x", what="model", token=TOKEN, gguf="q3")
