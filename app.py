@@ -470,11 +470,17 @@ def evaluate_tab() -> SimpleNamespace:
 
 
 def export_tab() -> SimpleNamespace:
+    from engine.export.onnx import INSTALL_COMMAND, missing_packages
+
+    missing = missing_packages()  # the optional packages (requirements-onnx.txt): say so before the click, not after
     gr.Markdown("Export the model on the left (a compact model, a full/scratch run, or a merged run) to ONNX, run it with "
-                "ONNX Runtime on the CPU, and compare it with PyTorch (needs `pip install -r requirements-onnx.txt`).")
-    prompts = gr.Textbox(label="Test prompts, one per line", lines=3, value="A memória da GPU\nThe KV cache")
-    btn = gr.Button("Export and compare", variant="primary")
-    outputs = [gr.Dataframe(headers=["check", "value"], interactive=False), gr.File(label="model.onnx", visible=False)]
+                "ONNX Runtime on the CPU, and compare it with PyTorch. The download is one zip: `model.onnx`, its weights "
+                "`model.onnx.data`, the tokenizer and `onnx_info.json`."
+                + (f"\n\n**Not available here:** {', '.join(missing)} not installed. Enable it with `{INSTALL_COMMAND}` and restart the app."
+                   if missing else ""), elem_id="playground-onnx-note")
+    prompts = gr.Textbox(label="Test prompts, one per line", lines=3, value="A memória da GPU\nThe KV cache", interactive=not missing)
+    btn = gr.Button("Export and compare", variant="primary", interactive=not missing)
+    outputs = [gr.Dataframe(headers=["check", "value"], interactive=False), gr.File(label="ONNX export (zip)", visible=False)]
     return SimpleNamespace(prompts=prompts, btn=btn, outputs=outputs)
 
 

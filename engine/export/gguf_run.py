@@ -9,15 +9,15 @@ without writing anything, whether a run can be exported and why not, so the page
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-import zipfile
 from pathlib import Path
 
 from ..config import GgufSettings
 from ..errors import EngineError
 from ..refs import BUILTIN_PREFIX, MERGED_SUFFIX, RUN_PREFIX
 from .gguf import GgufResult, export_gguf, gguf_support
+from .merge import zip_export
+
+__all__ = ["export_ref_gguf", "gguf_check", "gguf_source", "zip_export"]
 
 
 def _newest_mtime(folder: Path) -> float:
@@ -125,23 +125,3 @@ def export_ref_gguf(ref: str, runs_dir: Path, settings: GgufSettings | None = No
         EventLog(run_dir / "events.jsonl").write("export", format="gguf", gguf_type=settings.type, file=result.gguf_path.name,
                                                  bytes=result.bytes, seconds=round(result.seconds, 3))
     return result
-
-
-def zip_export(folder: Path, out_path: Path | None = None) -> Path:
-    """One zip of an export folder (the .gguf stored, not deflated: it does not compress), beside it by default."""
-    folder = Path(folder)
-    out_path = Path(out_path) if out_path else folder.parent / f"{folder.name}.zip"
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
-            for path in sorted(folder.rglob("*")):
-                if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts):
-                    method = zipfile.ZIP_STORED if path.suffix in (".gguf", ".data", ".onnx", ".safetensors") else zipfile.ZIP_DEFLATED
-                    zf.write(path, f"{folder.name}/{path.relative_to(folder).as_posix()}", compress_type=method)
-        os.replace(tmp, out_path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return out_path
