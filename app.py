@@ -7,7 +7,7 @@ widgets are generated from the dataclass fields (their help text, bounds and cho
 never runs here: training is a subprocess (engine/training/jobs.py) polled with gr.Timer; generation streams from
 a worker thread (engine/inference/generate.py).
 
-Run: `python app.py [--share] [--port N] [--runs-dir DIR]`.
+Run: `python app.py [--share] [--port N] [--runs-dir DIR] [--mcp]`.
 """
 
 from __future__ import annotations
@@ -595,12 +595,24 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
     return {"model": s.model, "model_b": cmp.model_b, "adapter": s.adapter}
 
 
+# ---- MCP tools (python app.py --mcp) -------------------------------------------------------------
+
+def mcp_tools(jobs: JobManager, owner_only: bool, allow_local_models: bool) -> None:
+    """The app's main functions as typed, documented API endpoints, which gradio's MCP server lists as tools
+    (engine/views/assistant.py). On a shared app (owner_only) start/stop are left out: an MCP caller has no browser key."""
+    from engine.views import assistant
+
+    for fn in assistant.tools(jobs, allow_control=not owner_only, allow_local_models=allow_local_models):
+        limits = GPU if fn.__name__ == "generate" else JOBS if fn.__name__ == "start_training" else {}
+        gr.api(ui_errors(fn), api_name=f"mcp_{fn.__name__}", **limits)
+
+
 # ---- The page ------------------------------------------------------------------------------------
 
-def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool = False) -> gr.Blocks:
+def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool = False, mcp: bool = False) -> gr.Blocks:
     """The whole page. allow_local_models lets the playground load model folders from this machine's disk: only for a
     local, trusted `python app.py --allow-local-models`, never on a public link. owner_only: only the browser that
-    started a run may stop, resume or delete it (a public link, a Space)."""
+    started a run may stop, resume or delete it (a public link, a Space). mcp: add the assistant tools (see mcp_tools)."""
     runs_dir, upload_dir = Path(runs_dir), Path(runs_dir) / "_uploads"
     upload_dir.mkdir(parents=True, exist_ok=True)
     jobs = JobManager(runs_dir, owner_only=owner_only)  # shared by every browser session (its own lock serializes start/stop)
@@ -634,6 +646,8 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         demo.load(ft["predict"], ft["form_inputs"], [ft["prediction"]], api_name="predict_memory")
         # finished runs appear in the playground as soon as its tab is opened
         pg_tab.select(lambda: model_list_updates(jobs), None, [pg["model"], pg["model_b"], pg["adapter"]], queue=False)
+        if mcp:
+            mcp_tools(jobs, owner_only, allow_local_models)
     return demo
 
 
@@ -651,6 +665,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs-dir", default=None, help="Where runs are stored (default: $COMPACT_LAB_RUNS or ./runs).")
     parser.add_argument("--allow-local-models", action="store_true",
                         help="Let the playground and the fine-tune form use model folders on this machine's disk (a trusted local app only, never with --share).")
+    parser.add_argument("--mcp", action="store_true",
+                        help="Also serve the app's main functions (estimate memory, list models and runs, start/stop/status of a training run, "
+                             "generate) as MCP tools for AI assistants at /gradio_api/mcp/ (needs the mcp package of requirements.txt).")
     args = parser.parse_args(argv)
     if args.allow_local_models and shared_app(args.share):
         parser.error("--allow-local-models cannot be used on a shared app (--share, a Space, Colab): anyone with the link could read "
@@ -658,11 +675,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.runs_dir:
         os.environ["COMPACT_LAB_RUNS"] = args.runs_dir
     runs_dir = default_runs_dir()
-    demo = build_app(runs_dir, allow_local_models=args.allow_local_models, owner_only=shared_app(args.share))
+    demo = build_app(runs_dir, allow_local_models=args.allow_local_models, owner_only=shared_app(args.share), mcp=args.mcp)
     demo.queue(default_concurrency_limit=1)
     exports = runs_dir / "_exports"  # zips, CSVs and ONNX files offered for download (and nothing else of the runs dir)
     exports.mkdir(exist_ok=True)
-    demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), allowed_paths=[str(exports)])
+    demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), allowed_paths=[str(exports)],
+                mcp_server=args.mcp)
 
 
 if __name__ == "__main__":
