@@ -10,6 +10,7 @@ QuantSettings          engine.config               how a model's weights are loa
 LoraSettings           engine.config               LoRA rank, alpha, dropout and targets
 GenerationSettings     engine.config               decoding: greedy or sampling, penalties, stop strings, seed
 MemoryQuery            engine.config               a memory-estimator question: model, task, batch, length, ...
+GgufSettings           engine.config               a GGUF export: weight type (f16, q8_0, q4_0) and decoding preset
 estimate               engine.estimator.memory     MemoryQuery -> MemoryEstimate (breakdown, verdicts, fixes)
 apply_recipe           engine.estimator.recipes    a hardware tier's recipe adapted to a model
 load_model             engine.models.loading       any model reference -> LoadedModel (model, tokenizer, device)
@@ -24,6 +25,8 @@ JobManager             engine.training.jobs        training runs as subprocesses
 distillation_loss      engine.training.distill     the knowledge-distillation loss
 stream_generate        engine.inference.generate   stream tokens from a LoadedModel
 merge_adapter          engine.export.merge         merge a run's LoRA adapter into a 16-bit copy of its base
+export_gguf            engine.export.gguf          a model folder -> GGUF (tokenizer, chat template) + Ollama Modelfile
+export_ref_gguf        engine.export.gguf_run      a run (merged first if LoRA) or builtin:NAME -> GGUF in the exports folder
 push_run               engine.export.hub           push a run to the Hugging Face Hub with a model card
 =====================  ==========================  =============================================================
 
@@ -51,6 +54,7 @@ _LAZY = {
     "LoraSettings": "config",
     "GenerationSettings": "config",
     "MemoryQuery": "config",
+    "GgufSettings": "config",
     "estimate": "estimator.memory",
     "apply_recipe": "estimator.recipes",
     "load_model": "models.loading",
@@ -65,6 +69,8 @@ _LAZY = {
     "distillation_loss": "training.distill",
     "stream_generate": "inference.generate",
     "merge_adapter": "export.merge",
+    "export_gguf": "export.gguf",
+    "export_ref_gguf": "export.gguf_run",
     "push_run": "export.hub",
 }
 

@@ -114,6 +114,11 @@ def vocab_metadata(tokenizer: Any, tokenizer_dir: Path, n_vocab: int) -> dict[st
     meta["merges"] = list(special.merges)
     meta["special_ids"] = dict(special.special_token_ids)
     meta["add_special"] = dict(special.add_special_token)
+    # Whether llama.cpp adds bos/eos to every prompt is written explicitly, as the tokenizer itself behaves (its
+    # default differs between vocabulary types and versions, and a missing or doubled bos changes the model's input).
+    probe = tokenizer("a")["input_ids"]
+    meta["add_special"]["bos"] = bool(tokenizer.bos_token_id is not None and probe[:1] == [tokenizer.bos_token_id])
+    meta["add_special"]["eos"] = bool(tokenizer.eos_token_id is not None and len(probe) > 1 and probe[-1:] == [tokenizer.eos_token_id])
     template = getattr(tokenizer, "chat_template", None) or special.chat_template
     if isinstance(template, dict):  # several named templates: llama.cpp uses the default one
         template = template.get("default") or next(iter(template.values()))

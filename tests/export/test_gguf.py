@@ -372,3 +372,10 @@ def test_llama_cpp_generates(sources, exported):
             out.append(token)
             llm.eval([token])
         assert out == _greedy(model, ids, 6), kind
+
+
+def test_add_bos_flag_follows_the_tokenizer(exported):
+    fields, _ = _fields(exported[("mistral", "f16")].gguf_path)
+    assert fields["tokenizer.ggml.add_bos_token"] is True and fields["tokenizer.ggml.add_eos_token"] is False
+    fields, _ = _fields(exported[("llama", "f16")].gguf_path)
+    assert fields["tokenizer.ggml.add_bos_token"] is False  # the byte-level tokenizer adds nothing by itself
