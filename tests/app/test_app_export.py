@@ -75,3 +75,16 @@ def test_mcp_on_a_shared_app_offers_no_run_control(runs_dir):
     with running_app(runs_dir, mcp=True, owner_only=True) as demo:
         found = asyncio.run(names(demo.local_url.rstrip("/") + "/gradio_api/mcp/"))
     assert "estimate_memory" in found and "start_training" not in found and "stop_training" not in found
+
+
+def test_onnx_tab_is_disabled_with_the_install_command_when_packages_are_missing(runs_dir, monkeypatch):
+    import app
+    from engine.export import onnx
+
+    monkeypatch.setattr(onnx, "missing_packages", lambda: ["onnxruntime"])
+    demo = app.build_app(runs_dir)
+    components = demo.config["components"]
+    note = next(c for c in components if c.get("props", {}).get("elem_id") == "playground-onnx-note")
+    assert "onnxruntime not installed" in note["props"]["value"] and "pip install -r requirements-onnx.txt" in note["props"]["value"]
+    button = next(c for c in components if c.get("props", {}).get("value") == "Export and compare")
+    assert button["props"]["interactive"] is False
