@@ -5,7 +5,8 @@ wrong template is the usual cause of "gibberish in Ollama", so the Go template i
 Jinja chat template* and checked against it: the Jinja template is rendered for one message of each role (with
 marker contents) to find the text before and after each role's content and the generation prompt, then several
 whole conversations are rendered both ways and must agree character for character. Chat formats that add text
-the split cannot see (a default system prompt, as Qwen2.5's does) are tried with the ChatML layout as well. When
+the split cannot see (a default system prompt, as Qwen2.5's and Llama 3.1's add) are tried with the ChatML and Llama 3
+layouts as well. When
 nothing agrees, the Modelfile has no TEMPLATE and says why (Ollama then falls back to its own guess from the
 template stored in the GGUF).
 
@@ -25,6 +26,8 @@ _ROLES = ("system", "user", "assistant")
 _CHECKS = (("user",), ("user", "assistant", "user"), ("system", "user", "assistant", "user"))
 _CHATML = {"prefix": {r: f"<|im_start|>{r}\n" for r in _ROLES}, "suffix": dict.fromkeys(_ROLES, "<|im_end|>\n"),
            "generation": "<|im_start|>assistant\n"}
+_LLAMA3 = {"prefix": {r: f"<|start_header_id|>{r}<|end_header_id|>\n\n" for r in _ROLES}, "suffix": dict.fromkeys(_ROLES, "<|eot_id|>"),
+           "generation": "<|start_header_id|>assistant<|end_header_id|>\n\n"}
 
 
 def _render(tokenizer: Any, roles: tuple[str, ...], generation: bool) -> str | None:
@@ -64,20 +67,29 @@ def _head_candidates(tokenizer: Any) -> list[str]:
     return list(dict.fromkeys(h for h in heads if h is not None))
 
 
-def _known_layout(tokenizer: Any, known: dict[str, Any]) -> dict[str, Any] | None:
-    """A fixed per-role layout (ChatML) plus whatever the template adds before a conversation without a system turn."""
-    layout = {"prefix": dict(known["prefix"]), "suffix": dict(known["suffix"]), "generation": known["generation"]}
-    with_system, without = _render(tokenizer, ("system",), False), _render(tokenizer, ("user",), False)
-    system_block = layout["prefix"]["system"] + _MARK["system"] + layout["suffix"]["system"]
-    user_block = layout["prefix"]["user"] + _MARK["user"] + layout["suffix"]["user"]
-    if with_system is None or without is None or not with_system.endswith(system_block) or not without.endswith(user_block):
-        return None
-    layout["head"] = with_system[: -len(system_block)]
-    implicit = without[: -len(user_block)]
-    if not implicit.startswith(layout["head"]):
-        return None
-    layout["implicit"] = implicit[len(layout["head"]):]
-    return layout
+def _known_layouts(tokenizer: Any, known: dict[str, Any]) -> list[dict[str, Any]]:
+    """A fixed user/assistant layout (ChatML, Llama 3) with what the template adds before a conversation (a bos token,
+    a default system turn: Qwen2.5's prompt, Llama 3.1's knowledge-date preamble) and the system prefix read off a
+    rendering with a system message; one candidate per possible head (the bos token or nothing)."""
+    prefix, suffix = known["prefix"], known["suffix"]
+    without = _render(tokenizer, ("user",), False)
+    user_block = prefix["user"] + _MARK["user"] + suffix["user"]
+    if without is None or not without.endswith(user_block):
+        return []
+    before_user = without[: -len(user_block)]  # head + the implicit text
+    with_system = _render(tokenizer, ("system",), False)
+    out = []
+    for head in dict.fromkeys([getattr(tokenizer, "bos_token", None) or "", ""]):
+        if not before_user.startswith(head):
+            continue
+        layout = {"head": head, "implicit": before_user[len(head):], "prefix": {r: prefix[r] for r in ("user", "assistant")},
+                  "suffix": dict(suffix), "generation": known["generation"]}
+        if with_system is not None and with_system.startswith(head) and with_system.count(_MARK["system"]) == 1:
+            before, after = with_system[len(head):].split(_MARK["system"])
+            if after == suffix["system"]:
+                layout["prefix"]["system"] = before
+        out.append(layout)
+    return out
 
 
 def _python_render(layout: dict[str, Any], roles: tuple[str, ...]) -> str:
@@ -106,7 +118,8 @@ def chat_layout(tokenizer: Any) -> dict[str, Any] | None:
     derived and checked against the Jinja template on whole conversations; None otherwise."""
     if not getattr(tokenizer, "chat_template", None):
         return None
-    candidates = [_derived_layout(tokenizer, head) for head in _head_candidates(tokenizer)] + [_known_layout(tokenizer, _CHATML)]
+    candidates = [_derived_layout(tokenizer, head) for head in _head_candidates(tokenizer)]
+    candidates += _known_layouts(tokenizer, _CHATML) + _known_layouts(tokenizer, _LLAMA3)
     for candidate in candidates:
         if candidate is not None and _agrees(tokenizer, candidate):
             return candidate

@@ -264,24 +264,36 @@ def test_modelfile_template_renders_like_the_chat_template(kind, sources, export
         assert _go_render(template, messages) == expected
 
 
-def test_chatml_with_a_default_system_prompt(sources, tmp_path):
-    """Qwen2.5's template inserts a default system turn: the Go template must too (the ChatML layout)."""
-    src = tmp_path / "chatml"
+CHATML_DEFAULT_SYSTEM = (  # as Qwen2.5 ships it: a default system turn when the conversation has none
+    "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+LLAMA31_PREAMBLE = (  # as Llama 3.1 ships it (without tools): bos, then a system turn that always opens with a preamble
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set sys = messages[0]['content'] %}{% set msgs = messages[1:] %}"
+    "{% else %}{% set sys = '' %}{% set msgs = messages %}{% endif %}"
+    "{{ '<|start_header_id|>system<|end_header_id|>\\n\\nCutting Knowledge Date: December 2023\\n\\n' + sys + '<|eot_id|>' }}"
+    "{% for m in msgs %}{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + m['content'] + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+
+
+@pytest.mark.parametrize("template", [CHATML_DEFAULT_SYSTEM, LLAMA31_PREAMBLE], ids=["chatml-default-system", "llama31-preamble"])
+def test_templates_with_implicit_text_translate(template, sources, tmp_path):
+    """Formats whose template writes text no single message shows (a default system turn, a preamble) still get a checked
+    Go template, through the ChatML / Llama 3 layouts."""
+    src = tmp_path / "src"
     shutil.copytree(sources["qwen2"], src)
     config = json.loads((src / "tokenizer_config.json").read_text())
-    config["chat_template"] = (
-        "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
-        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
-        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    config["chat_template"] = template
     (src / "tokenizer_config.json").write_text(json.dumps(config))
     (src / "chat_template.jinja").unlink(missing_ok=True)
     result = export_gguf(src, tmp_path / "out", GgufSettings(type="f16", preset="precise"))
     text = result.modelfile.read_text()
     assert result.template_checked and "PARAMETER temperature 0\n" in text and "top_p" not in text
-    template = re.search(r'TEMPLATE """(.*?)"""', text, re.S).group(1)
+    template_go = re.search(r'TEMPLATE """(.*?)"""', text, re.S).group(1)
     _, tokenizer = _source(src)
-    for messages in ([{"role": "user", "content": "hi"}], [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}]):
-        assert _go_render(template, messages) == tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    for messages in ([{"role": "user", "content": "hi"}], [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}],
+                     [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]):
+        assert _go_render(template_go, messages) == tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 # -- runs, the built-in model, the CLI, refusals ---------------------------------------------------
