@@ -391,3 +391,17 @@ def test_add_bos_flag_follows_the_tokenizer(exported):
     assert fields["tokenizer.ggml.add_bos_token"] is True and fields["tokenizer.ggml.add_eos_token"] is False
     fields, _ = _fields(exported[("llama", "f16")].gguf_path)
     assert fields["tokenizer.ggml.add_bos_token"] is False  # the byte-level tokenizer adds nothing by itself
+
+
+def test_page_note_says_before_the_click(runs):
+    from engine.training.jobs import JobManager
+    from engine.views.run_control import export_gguf_for_download, gguf_note
+
+    jobs = JobManager(runs)
+    make_adapter_run(runs, name="lora-n")
+    finish_run(runs / "lora-n", TrainConfig(method="lora", base_model="builtin:compact-mini", dataset="builtin:dates", max_steps=2, run_name="lora-n"))
+    assert "can be exported" in gguf_note(jobs, "lora-n") and "merged into a 16-bit copy" in gguf_note(jobs, "lora-n")
+    (runs / "lora-n" / "events.jsonl").write_text("")  # no longer finished
+    assert "not available" in gguf_note(jobs, "lora-n") and gguf_note(jobs, None) == ""
+    with pytest.raises(EngineError, match="Pick a finished run"):
+        export_gguf_for_download(jobs, None, "q8_0")
