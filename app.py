@@ -597,11 +597,17 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
 
 # ---- MCP tools (python app.py --mcp) -------------------------------------------------------------
 
-def mcp_tools(jobs: JobManager, owner_only: bool, allow_local_models: bool) -> None:
+def mcp_tools(demo: gr.Blocks, jobs: JobManager, owner_only: bool, allow_local_models: bool) -> None:
     """The app's main functions as typed, documented API endpoints, which gradio's MCP server lists as tools
-    (engine/views/assistant.py). On a shared app (owner_only) start/stop are left out: an MCP caller has no browser key."""
+    (engine/views/assistant.py). On a shared app (owner_only) start/stop are left out: an MCP caller has no browser key.
+    gradio's MCP server lists every documented endpoint, and the page's ~100 form handlers (each .change of a widget)
+    would bury these few: with --mcp they become "undocumented" (still callable by gradio_client, off the API page
+    and the MCP tool list)."""
     from engine.views import assistant
 
+    for block_fn in demo.fns.values():
+        if block_fn.api_visibility == "public":
+            block_fn.api_visibility = "undocumented"
     for fn in assistant.tools(jobs, allow_control=not owner_only, allow_local_models=allow_local_models):
         limits = GPU if fn.__name__ == "generate" else JOBS if fn.__name__ == "start_training" else {}
         gr.api(ui_errors(fn), api_name=f"mcp_{fn.__name__}", **limits)
@@ -647,7 +653,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         # finished runs appear in the playground as soon as its tab is opened
         pg_tab.select(lambda: model_list_updates(jobs), None, [pg["model"], pg["model_b"], pg["adapter"]], queue=False)
         if mcp:
-            mcp_tools(jobs, owner_only, allow_local_models)
+            mcp_tools(demo, jobs, owner_only, allow_local_models)
     return demo
 
 
