@@ -100,11 +100,9 @@ def gguf_check(ref: str, runs_dir: Path) -> str | None:
             config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         else:  # an adapter run not merged yet: judge by its base model's config, when it is local
             base, _ = read_run_base(Path(runs_dir) / name)
-            if not base:
-                return None
-            base_folder, _ = gguf_source(base, runs_dir, merge=False) if base.startswith((BUILTIN_PREFIX, RUN_PREFIX)) else (None, "")
-            if base_folder is None:
-                return None  # a Hub base: its config is checked when the merged model exists
+            if not base or not base.startswith((BUILTIN_PREFIX, RUN_PREFIX)):
+                return None  # a Hub base (or none recorded): its config is checked when the merged model exists
+            base_folder, _ = gguf_source(base, runs_dir, merge=False)
             config = json.loads((base_folder / "config.json").read_text(encoding="utf-8"))
     except (EngineError, OSError, json.JSONDecodeError) as exc:
         return str(exc)
