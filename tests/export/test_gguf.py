@@ -375,8 +375,9 @@ def test_llama_cpp_generates(sources, exported):
     for kind in KINDS:
         model, tokenizer = _source(sources[kind])
         llm = llama_cpp.Llama(model_path=str(exported[(kind, "f16")].gguf_path), n_ctx=64, verbose=False)
+        for prompt in PROMPTS:  # llama.cpp's own tokenizer, from the file's vocabulary, merges and pre-tokenizer name
+            assert llm.tokenize(prompt.encode(), add_bos=kind == "mistral", special=False) == tokenizer(prompt)["input_ids"], (kind, prompt)
         ids = _chat_ids(tokenizer, PROMPTS[0])
-        assert llm.tokenize(tokenizer.decode(ids[0]).encode(), add_bos=False, special=True) == ids[0].tolist()
         out = []
         llm.eval(ids[0].tolist())
         for _ in range(6):
