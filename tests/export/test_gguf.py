@@ -369,40 +369,23 @@ def test_llama3_rope_scaling_writes_rope_freqs(sources, tmp_path):
 
 
 @pytest.mark.llamacpp
-def test_llama_cpp_generates(sources, exported):
-    """llama.cpp itself (llama-cpp-python) loads the files and generates the source's greedy tokens (f16)."""
+@pytest.mark.parametrize("gguf_type", ["f16", "q8_0"])
+def test_llama_cpp_generates(gguf_type, sources, exported):
+    """llama.cpp itself (llama-cpp-python) loads the files, tokenizes like the source tokenizer and generates the source
+    model's greedy tokens."""
     llama_cpp = pytest.importorskip("llama_cpp")
     for kind in KINDS:
         model, tokenizer = _source(sources[kind])
-        llm = llama_cpp.Llama(model_path=str(exported[(kind, "f16")].gguf_path), n_ctx=64, verbose=False)
+        llm = llama_cpp.Llama(model_path=str(exported[(kind, gguf_type)].gguf_path), n_ctx=64, verbose=False, logits_all=True)
         for prompt in PROMPTS:  # llama.cpp's own tokenizer, from the file's vocabulary, merges and pre-tokenizer name
             assert llm.tokenize(prompt.encode(), add_bos=kind == "mistral", special=False) == tokenizer(prompt)["input_ids"], (kind, prompt)
-        ids = _chat_ids(tokenizer, PROMPTS[0])
-        out = []
-        llm.eval(ids[0].tolist())
-        for _ in range(6):
-            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-            out.append(token)
-            llm.eval([token])
-        assert out == _greedy(model, ids, 6), kind
-
-
-def test_add_bos_flag_follows_the_tokenizer(exported):
-    fields, _ = _fields(exported[("mistral", "f16")].gguf_path)
-    assert fields["tokenizer.ggml.add_bos_token"] is True and fields["tokenizer.ggml.add_eos_token"] is False
-    fields, _ = _fields(exported[("llama", "f16")].gguf_path)
-    assert fields["tokenizer.ggml.add_bos_token"] is False  # the byte-level tokenizer adds nothing by itself
-
-
-def test_page_note_says_before_the_click(runs):
-    from engine.training.jobs import JobManager
-    from engine.views.run_control import export_gguf_for_download, gguf_note
-
-    jobs = JobManager(runs)
-    make_adapter_run(runs, name="lora-n")
-    finish_run(runs / "lora-n", TrainConfig(method="lora", base_model="builtin:compact-mini", dataset="builtin:dates", max_steps=2, run_name="lora-n"))
-    assert "can be exported" in gguf_note(jobs, "lora-n") and "merged into a 16-bit copy" in gguf_note(jobs, "lora-n")
-    (runs / "lora-n" / "events.jsonl").write_text("")  # no longer finished
-    assert "not available" in gguf_note(jobs, "lora-n") and gguf_note(jobs, None) == ""
-    with pytest.raises(EngineError, match="Pick a finished run"):
-        export_gguf_for_download(jobs, None, "q8_0")
+        for prompt in PROMPTS:
+            ids = _chat_ids(tokenizer, prompt)
+            llm.reset()
+            llm.eval(ids[0].tolist())
+            out = []
+            for _ in range(6):
+                token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+                out.append(token)
+                llm.eval([token])
+            assert out == _greedy(model, ids, 6), (kind, gguf_type, prompt)
