@@ -7,9 +7,9 @@ widgets are generated from the dataclass fields (their help text, bounds and cho
 never runs here: training is a subprocess (engine/training/jobs.py) polled with gr.Timer; generation streams from
 a worker thread (engine/inference/generate.py).
 
-Run: `python app.py [--share] [--port N] [--runs-dir DIR] [--auth USER:PASSWORD]`. On a shared app (a public link, Colab, a
-Space, a non-loopback address: engine/sharing.py) every run and file belongs to the session that made it, and visitors
-never run remote code or use the server's Hugging Face token (docs/security.md).
+Run: `python app.py [--share] [--port N] [--runs-dir DIR] [--auth USER:PASSWORD] [--mcp]`. On a shared app (a public
+link, Colab, a Space, a non-loopback address: engine/sharing.py) every run and file belongs to the session that made it,
+and visitors never run remote code or use the server's Hugging Face token (docs/security.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import gradio as gr
 
 from engine import sharing
-from engine.config import GenerationSettings, MemoryQuery, QuantSettings, TrainConfig
+from engine.config import GenerationSettings, GgufSettings, MemoryQuery, QuantSettings, TrainConfig
 from engine.data.files import MAX_FILE_BYTES
 from engine.errors import EngineError
 from engine.estimator import memory, recipes
@@ -277,8 +277,14 @@ def run_actions(jobs: JobManager) -> SimpleNamespace:
         delete = gr.Button("Delete", scale=1)
     with gr.Row():
         zip_btn, merge_btn = gr.Button("Download run (zip)", size="sm"), gr.Button("Merge adapter into a 16-bit model", size="sm")
+    with gr.Row(equal_height=True):  # GGUF for llama.cpp / Ollama / LM Studio (engine/export/gguf.py): nothing to compile
+        gguf_spec = field_specs(GgufSettings)[0]
+        gguf_type = gr.Dropdown(choices=list(gguf_spec.choices), value=gguf_spec.default, label=gguf_spec.label, info=gguf_spec.help, scale=3)
+        gguf_btn = gr.Button("Export GGUF (+ Ollama Modelfile)", size="sm", scale=1)
+    gguf_note = gr.Markdown(elem_id="finetune-gguf-note")
     download = gr.File(label="Download", visible=False)
-    return SimpleNamespace(run_pick=run_pick, resume=resume, retry=retry, delete=delete, zip_btn=zip_btn, merge_btn=merge_btn, download=download)
+    return SimpleNamespace(run_pick=run_pick, resume=resume, retry=retry, delete=delete, zip_btn=zip_btn, merge_btn=merge_btn, download=download,
+                           gguf_type=gguf_type, gguf_btn=gguf_btn, gguf_note=gguf_note)
 
 
 def push_panel(jobs: JobManager, run_pick: gr.Dropdown, owner: gr.State) -> None:
@@ -289,6 +295,8 @@ def push_panel(jobs: JobManager, run_pick: gr.Dropdown, owner: gr.State) -> None
             push_what = gr.Radio(["adapter", "merged", "model"], value="adapter", label="What", scale=2,
                                  info="adapter (LoRA/QLoRA), merged (after Merge adapter) or model (full / from scratch)")
             push_private = gr.Checkbox(value=True, label="Private", info="for a new repo", scale=1)
+        push_gguf = gr.Radio(["none", *field_specs(GgufSettings)[0].choices], value="none", label="Also upload a GGUF (llama.cpp / Ollama)",
+                             info="With merged or model: the GGUF file and its Ollama Modelfile go up beside the model.")
         # The token is never returned to any output (the box is cleared after a push) and never read from the
         # server's HF_TOKEN: on a shared link that would let anyone push with the owner's account.
         push_token = gr.Textbox(type="password", label="Hugging Face token (write permission)", placeholder="hf_…",
@@ -297,13 +305,14 @@ def push_panel(jobs: JobManager, run_pick: gr.Dropdown, owner: gr.State) -> None
         push_result = gr.Markdown()
 
         @ui_errors
-        def on_push(name, repo, what, private, token, owner_v, request: gr.Request):
-            return run_control.push_finished_run(jobs, name, repo, what, private, token, owner=session_key(owner_v, request)), ""
+        def on_push(name, repo, what, private, token, gguf, owner_v, request: gr.Request):
+            return run_control.push_finished_run(jobs, name, repo, what, private, token, gguf, owner=session_key(owner_v, request)), ""
 
         def push_default(name):  # a full/scratch run has a model, not an adapter
             return run_control.push_default(jobs, name) or gr.skip()
 
-        push_btn.click(on_push, [run_pick, push_repo, push_what, push_private, push_token, owner], [push_result, push_token], api_name="push_to_hub")
+        push_btn.click(on_push, [run_pick, push_repo, push_what, push_private, push_token, push_gguf, owner], [push_result, push_token],
+                       api_name="push_to_hub")
         run_pick.change(push_default, [run_pick], [push_what], **QUIET, api_visibility="private")
 
 
@@ -391,8 +400,13 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
         name, text = run_view.resume_offer(jobs)
         return gr.update(visible=bool(name)), text, name
 
+    @ui_errors
+    def on_gguf(name, gguf_type, owner_v, request: gr.Request):
+        path, message = run_control.export_gguf_for_download(jobs, name, gguf_type, owner=session_key(owner_v, request))
+        return gr.update(value=str(path), visible=True), message
+
     return SimpleNamespace(on_load=on_load, init_owner=init_owner, on_poll=on_poll, on_stop=on_stop, on_resume=on_resume, on_retry=on_retry,
-                           on_delete=on_delete, on_zip=on_zip, on_merge=on_merge, on_offer=on_offer)
+                           on_delete=on_delete, on_zip=on_zip, on_merge=on_merge, on_offer=on_offer, on_gguf=on_gguf)
 
 
 def resume_banner() -> SimpleNamespace:
@@ -434,6 +448,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     run_pick.input(lambda n: n, [run_pick], [watched], queue=False)
     act.zip_btn.click(rh.on_zip, [run_pick, owner], [act.download], api_name="download_run")
     act.merge_btn.click(rh.on_merge, [run_pick, owner], None, api_name="merge_adapter", **GPU)
+    act.gguf_btn.click(rh.on_gguf, [run_pick, act.gguf_type, owner], [act.download, act.gguf_note], api_name="export_gguf", **GPU)
+    run_pick.change(lambda n: run_control.gguf_note(jobs, n), [run_pick], [act.gguf_note], **QUIET, api_visibility="private")
     f.show_cmd.click(fh.on_show_cmd, f.inputs, [f.command], api_name="show_command")
     f.preset_btn.click(fh.on_preset, [f.preset, *f.inputs], [f.preset_note, *form.values()], api_name="apply_preset").then(
         fh.on_predict, f.inputs, [f.prediction], **QUIET)
@@ -532,11 +548,17 @@ def evaluate_tab() -> SimpleNamespace:
 
 
 def export_tab() -> SimpleNamespace:
+    from engine.export.onnx import INSTALL_COMMAND, missing_packages
+
+    missing = missing_packages()  # the optional packages (requirements-onnx.txt): say so before the click, not after
     gr.Markdown("Export the model on the left (a compact model, a full/scratch run, or a merged run) to ONNX, run it with "
-                "ONNX Runtime on the CPU, and compare it with PyTorch (needs `pip install -r requirements-onnx.txt`).")
-    prompts = gr.Textbox(label="Test prompts, one per line", lines=3, value="A memória da GPU\nThe KV cache")
-    btn = gr.Button("Export and compare", variant="primary")
-    outputs = [gr.Dataframe(headers=["check", "value"], interactive=False), gr.File(label="model.onnx", visible=False)]
+                "ONNX Runtime on the CPU, and compare it with PyTorch. The download is one zip: `model.onnx`, its weights "
+                "`model.onnx.data`, the tokenizer and `onnx_info.json`."
+                + (f"\n\n**Not available here:** {', '.join(missing)} not installed. Enable it with `{INSTALL_COMMAND}` and restart the app."
+                   if missing else ""), elem_id="playground-onnx-note")
+    prompts = gr.Textbox(label="Test prompts, one per line", lines=3, value="A memória da GPU\nThe KV cache", interactive=not missing)
+    btn = gr.Button("Export and compare", variant="primary", interactive=not missing)
+    outputs = [gr.Dataframe(headers=["check", "value"], interactive=False), gr.File(label="ONNX export (zip)", visible=False)]
     return SimpleNamespace(prompts=prompts, btn=btn, outputs=outputs)
 
 
@@ -651,13 +673,32 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
     return {"model": s.model, "model_b": cmp.model_b, "adapter": s.adapter}
 
 
+# ---- MCP tools (python app.py --mcp) -------------------------------------------------------------
+
+def mcp_tools(demo: gr.Blocks, jobs: JobManager, owner_only: bool, allow_local_models: bool) -> None:
+    """The app's main functions as typed, documented API endpoints, which gradio's MCP server lists as tools
+    (engine/views/assistant.py). On a shared app (owner_only) start/stop are left out: an MCP caller has no browser key.
+    gradio's MCP server lists every documented endpoint, and the page's ~100 form handlers (each .change of a widget)
+    would bury these few: with --mcp they become "undocumented" (still callable by gradio_client, off the API page
+    and the MCP tool list)."""
+    from engine.views import assistant
+
+    for block_fn in demo.fns.values():
+        if block_fn.api_visibility == "public":
+            block_fn.api_visibility = "undocumented"
+    for fn in assistant.tools(jobs, allow_control=not owner_only, allow_local_models=allow_local_models):
+        limits = GPU if fn.__name__ == "generate" else JOBS if fn.__name__ == "start_training" else {}
+        gr.api(ui_errors(fn), api_name=f"mcp_{fn.__name__}", **limits)
+
+
 # ---- The page ------------------------------------------------------------------------------------
 
-def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool | None = None, stop_grace_s: float = 20.0) -> gr.Blocks:
+def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool | None = None, stop_grace_s: float = 20.0,
+              mcp: bool = False) -> gr.Blocks:
     """The whole page. allow_local_models lets the playground load model folders from this machine's disk: only for a
     local, trusted `python app.py --allow-local-models`, never on a shared app (refused there). owner_only: only the
     session that started a run may act on it (default: shared mode, engine/sharing.py). stop_grace_s: how long a run asked
-    to stop may take before its process tree is killed."""
+    to stop may take before its process tree is killed. mcp: add the assistant tools (see mcp_tools)."""
     runs_dir, upload_dir = Path(runs_dir), Path(runs_dir) / "_uploads"
     upload_dir.mkdir(parents=True, exist_ok=True)
     if allow_local_models and sharing.is_shared():
@@ -701,6 +742,8 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
             sweep_uploads(upload_dir, runs_dir, session=request.session_hash)
 
         demo.unload(on_session_end)
+        if mcp:
+            mcp_tools(demo, jobs, jobs.owner_only, allow_local_models)
     return demo
 
 
@@ -742,6 +785,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--share-owner-token", action="store_true",
                         help="On a shared app, let visitors' model loads use this server's HF_TOKEN: anyone with the link can then read "
                              "your private and gated repositories. Off by default.")
+    parser.add_argument("--mcp", action="store_true",
+                        help="Also serve the app's main functions (estimate memory, list models and runs, start/stop/status of a training run, "
+                             "generate) as MCP tools for AI assistants at /gradio_api/mcp/ (needs the mcp package of requirements.txt).")
     args = parser.parse_args(argv)
     decision = sharing.decide(share=args.share, host=args.host)
     if args.allow_local_models and decision.shared:
@@ -757,7 +803,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.runs_dir:
         os.environ["COMPACT_LAB_RUNS"] = args.runs_dir
     runs_dir = default_runs_dir()
-    demo = build_app(runs_dir, allow_local_models=args.allow_local_models)
+    demo = build_app(runs_dir, allow_local_models=args.allow_local_models, mcp=args.mcp)
     if args.auto_resume:
         try:
             print(run_control.auto_resume(JobManager(runs_dir)) or "--auto-resume: no interrupted run to resume.", flush=True)
@@ -768,7 +814,7 @@ def main(argv: list[str] | None = None) -> None:
     # show_error: gradio's own input checks (a value outside a dropdown's choices) reach an API caller as a message;
     # every handler turns its own errors into messages without server details (ui_errors).
     demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), auth=auth,
-                max_file_size=MAX_FILE_BYTES, show_error=True)
+                max_file_size=MAX_FILE_BYTES, show_error=True, mcp_server=args.mcp)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,8 @@ def running_app(runs: Path, *, launch: dict | None = None, **build_kwargs):
 
     demo = app.build_app(runs, **build_kwargs)
     demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True, **(launch or {}))
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True,
+                **{"mcp_server": bool(build_kwargs.get("mcp")), **(launch or {})})
     try:
         yield demo
     finally:
@@ -236,6 +237,29 @@ def make_adapter_run(runs: Path, name: str = "lora-1", method: str = "lora", see
     return peft_model.eval()
 
 
+def finish_run(run_dir: Path, cfg, *, done: bool = True) -> None:
+    """Write the config.yaml and events.jsonl a real run leaves behind (a TrainConfig `cfg`; evals, task scores, done)."""
+    from engine.runs import EventLog, save_config
+
+    save_config(run_dir, cfg)
+    ev = EventLog(run_dir / "events.jsonl")
+    import time
+
+    t0 = time.time() - 100
+    ev.write("start", time=t0, run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset, resumed_from=None,
+             device="Tesla T4", device_kind="cuda", dtype="float16")
+    ev.write("memory", predicted_gib=3.21, predicted_total_gib=3.9, device="Tesla T4")
+    ev.write("task_score", when="before", accuracy=0.1, n=20, examples=[])
+    for step, loss in ((1, 2.5), (2, 1.75)):
+        ev.write("progress", step=step, max_steps=2, loss=loss, mem_gib=2.9 + step / 10)
+    ev.write("eval", step=1, eval_loss=1.5, perplexity=4.4817)
+    ev.write("eval", step=2, eval_loss=1.25, perplexity=3.4903)
+    if done:
+        ev.write("task_score", when="after", accuracy=0.85, n=20, examples=[])
+        ev.write("done", time=t0 + 95, output="adapter" if cfg.method in ("lora", "qlora") else "model", path=str(run_dir / "adapter"), steps=2,
+                 final_loss=2.125, eval_loss=1.25, peak_gib=3.05, predicted_gib=3.21, duration_s=95.0)
+
+
 # --- shared by several test folders (formerly in tests/models/test_bnb_safety.py) ---
 
 QUANT = QuantSettings(mode="4bit", quant_type="nf4", double_quant=True)
@@ -371,3 +395,70 @@ def fake_hub(monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     return tables, calls
+
+
+# --------------------------------------------------------------------------------------------------
+# Tiny Hub-architecture models (Llama, Qwen2, Mistral) for the export tests: GGUF, ONNX
+# --------------------------------------------------------------------------------------------------
+
+# A Mistral-style chat template ([INST] ... [/INST] answer</s>, no system role), as Mistral 7B Instruct ships it.
+INST_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ '[INST] ' + m['content'] + ' [/INST]' }}"
+                 "{% elif m['role'] == 'assistant' %}{{ m['content'] + eos_token }}{% endif %}{% endfor %}")
+
+
+def spm_tokenizer(texts: list[str], vocab_size: int = 400):
+    """A SentencePiece-style BPE tokenizer as Llama 2 / Mistral ship it in tokenizer.json: '▁' for spaces, byte fallback
+    (<0x00>..<0xFF> in the vocabulary), <unk> <s> </s>, bos added to every encoding, the [INST] chat template."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    probe = Tokenizer(models.BPE())
+    probe.normalizer = normalizer
+    probe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size - 259, show_progress=False))
+    learned = json.loads(probe.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{i:02X}>": 3 + i for i in range(256)}}
+    for token in sorted(learned["vocab"], key=learned["vocab"].get):
+        vocab.setdefault(token, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"]]
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    backend.normalizer = normalizer
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                        clean_up_tokenization_spaces=False, padding_side="right")
+    tokenizer.pad_token = tokenizer.unk_token
+    tokenizer.chat_template = INST_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_hf_model(dest: Path, kind: str, *, steps: int = 40, seed: int = 0) -> Path:
+    """A tiny trained Llama, Qwen2 or Mistral (2 layers, hidden 64, grouped-query attention 4:2) with a tokenizer, saved
+    into `dest`. Llama and Qwen2 use the byte-level tokenizer of the compact models (engine/models/tokenizer.py),
+    Mistral the SentencePiece-style one above; trained on the chat exchanges so that greedy outputs are not ties."""
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from engine.models.tokenizer import train_tokenizer
+
+    corpus = [f"{q} ? {a} ." for q, a in EXCHANGES] * 4
+    tokenizer = spm_tokenizer(corpus) if kind == "mistral" else train_tokenizer(corpus, vocab_size=320, model_max_length=64)
+    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM), "mistral": (MistralConfig, MistralForCausalLM)}
+    config_cls, model_cls = classes[kind]
+    config = config_cls(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=tokenizer.bos_token_id,
+                        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=kind == "qwen2")
+    torch.manual_seed(seed)
+    model = model_cls(config)
+    batch = tokenizer(chat_texts(tokenizer), return_tensors="pt", padding=True)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        model(**batch, labels=labels).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+    dest.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    return dest

@@ -205,10 +205,12 @@ def evaluation_rows(kind: str, load: Callable[[str, tuple], Any], refs: list[str
 
 def onnx_export_check(loaded: Any, ref: str, prompts_text: str | None, runs_dir: Path) -> tuple[list[list[Any]], Path]:
     """Export the model to ONNX in the exports folder and compare it with PyTorch on the prompts (one a line; "Hello" if
-    none): the (check, value) rows, scalars only, and the model.onnx path."""
+    none): the (check, value) rows, scalars only, and the zip to download. The zip holds the whole export folder:
+    model.onnx, its weights file model.onnx.data (without it the graph loads nowhere), the tokenizer and onnx_info.json."""
+    from ..export.merge import zip_export
     from ..export.onnx import compare_onnx, export_onnx
 
     path = export_onnx(loaded, export_path(f"onnx-{ref.replace(':', '-').replace('/', '-')}"), runs_dir=runs_dir)
     prompts = [p for p in (prompts_text or "").splitlines() if p.strip()] or ["Hello"]
     result = compare_onnx(loaded, path, prompts, no_cache_baseline=True)
-    return [[k, v if not isinstance(v, float) else round(v, 6)] for k, v in result.items() if not isinstance(v, (list, dict))], path
+    return [[k, v if not isinstance(v, float) else round(v, 6)] for k, v in result.items() if not isinstance(v, (list, dict))], zip_export(path.parent)

@@ -121,15 +121,18 @@ def merge_finished_run(jobs: JobManager, name: str | None, owner: str | None = N
     return f"Merging '{name}' in the background — {plan.reason}. The run's status shows when it is done."
 
 
-def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, private: bool, token: str, owner: str | None = None) -> str:
+def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, private: bool, token: str, gguf: str | None = None,
+                      owner: str | None = None) -> str:
     """Push the run's adapter, merged or full model with a model card to the Hub, with this token only (never the
-    server's HF_TOKEN); the message to show."""
+    server's HF_TOKEN), and a GGUF of it when `gguf` names a type ("none" or empty: no GGUF); the message to show."""
     from ..export.hub import push_run
 
     name = _require(name, "Pick a finished run to push.")
     jobs.check_control(name, owner, "push")
-    url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private), use_env_token=False, runs_dir=jobs.runs_dir)
-    return f"✅ Pushed the {what} of **{name}** with a model card to [{url}]({url})"
+    gguf = None if gguf in (None, "", "none") else gguf
+    url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private), use_env_token=False, runs_dir=jobs.runs_dir,
+                   gguf=gguf)
+    return f"✅ Pushed the {what} of **{name}**{f' and a {gguf} GGUF' if gguf else ''} with a model card to [{url}]({url})"
 
 
 def push_default(jobs: JobManager, name: str | None) -> str | None:
@@ -139,3 +142,33 @@ def push_default(jobs: JobManager, name: str | None) -> str | None:
         return "model" if name and jobs.status(name).output == "model" else "adapter"
     except EngineError:
         return None
+
+
+def gguf_note(jobs: JobManager, name: str | None) -> str:
+    """What the Export GGUF button will do for the picked run, or why it cannot (shown before the click)."""
+    from ..export.gguf_run import gguf_check
+
+    if not name:
+        return ""
+    reason = gguf_check(name, jobs.runs_dir)
+    if reason:
+        return f"GGUF export is not available for **{name}**: {reason}"
+    merged = (jobs.runs_dir / name / "adapter").exists() and not (jobs.runs_dir / name / "merged" / "config.json").exists()
+    return (f"**{name}** can be exported to GGUF for llama.cpp / Ollama / LM Studio"
+            + (" (its adapter is merged into a 16-bit copy of the base first)." if merged else "."))
+
+
+def export_gguf_for_download(jobs: JobManager, name: str | None, gguf_type: str, preset: str = "balanced",
+                             owner: str | None = None) -> tuple[Path, str]:
+    """Export the picked finished run to GGUF with its Ollama Modelfile; (the zip to download, under an unguessable name
+    in the private exports folder, the message to show). Shared mode: the run's owner only, like a zip of the run."""
+    from ..config import GgufSettings
+    from ..export.gguf_run import export_ref_gguf, zip_export
+
+    name = _require(name, "Pick a finished run to export to GGUF.")
+    jobs.check_control(name, owner, "export")
+    result = export_ref_gguf(name, jobs.runs_dir, GgufSettings(type=gguf_type, preset=preset))
+    template = "with its chat template" if result.template_checked else "without a TEMPLATE (see the comment in the Modelfile)"
+    message = (f"GGUF {result.type} ({result.arch}, {result.bytes / 2**20:,.1f} MiB, written in {result.seconds:.1f} s) and an Ollama "
+               f"Modelfile {template}. Unzip, then `ollama create {name.lower()} -f Modelfile`, or open the .gguf in llama.cpp / LM Studio.")
+    return zip_export(result.folder, out_path=export_path(f"{result.folder.name}", ".zip")), message
