@@ -7,7 +7,9 @@ widgets are generated from the dataclass fields (their help text, bounds and cho
 never runs here: training is a subprocess (engine/training/jobs.py) polled with gr.Timer; generation streams from
 a worker thread (engine/inference/generate.py).
 
-Run: `python app.py [--share] [--port N] [--runs-dir DIR]`.
+Run: `python app.py [--share] [--port N] [--runs-dir DIR] [--auth USER:PASSWORD] [--mcp]`. On a shared app (a public
+link, Colab, a Space, a non-loopback address: engine/sharing.py) every run and file belongs to the session that made it,
+and visitors never run remote code or use the server's Hugging Face token (docs/security.md).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import inspect
+import logging
 import os
 import secrets
 from pathlib import Path
@@ -23,7 +26,9 @@ from typing import Any
 
 import gradio as gr
 
-from engine.config import GenerationSettings, MemoryQuery, QuantSettings, TrainConfig
+from engine import sharing
+from engine.config import GenerationSettings, GgufSettings, MemoryQuery, QuantSettings, TrainConfig
+from engine.data.files import MAX_FILE_BYTES
 from engine.errors import EngineError
 from engine.estimator import memory, recipes
 from engine.estimator.handoff import check_ui_estimator_model
@@ -32,13 +37,31 @@ from engine.refs import default_runs_dir
 from engine.training.jobs import JobManager
 from engine.views import choices, estimate_view, finetune_form, playground, playground_load, run_control, run_view
 from engine.views.signals import StopSignals
-from engine.views.uploads import keep_upload
+from engine.views.uploads import keep_upload, session_dir, sweep_uploads
 
 GPU = {"concurrency_limit": 1, "concurrency_id": "gpu"}  # one generation, evaluation, export or merge at a time
 JOBS = {"concurrency_limit": 1, "concurrency_id": "jobs"}  # one start, resume or retry of a training run at a time
 QUIET = {"queue": False, "show_progress": "hidden"}  # instant updates as the form changes
+ESTIMATE = {"concurrency_limit": 2, "concurrency_id": "estimate"}  # the estimator's architecture work, queued (a shared app's visitors take turns)
 
 # ---- Widgets generated from the config dataclasses -----------------------------------------------
+
+def named(comp: gr.components.Component, field: str) -> gr.components.Component:
+    """A gr.Number or gr.Slider whose wrongly typed API values (text, a list...) are refused with a message naming the
+    field; gradio's own says only "input component at index N". (The instance's preprocess is wrapped: a subclass of a
+    gradio component would make gradio write a .pyi stub beside this file.)"""
+    original = comp.preprocess
+    allowed = f"a number from {comp.minimum:g} to {comp.maximum:g}" if isinstance(comp, gr.Slider) else "a number"
+
+    def preprocess(payload: Any) -> Any:
+        try:
+            return original(payload)
+        except (TypeError, ValueError, OverflowError):
+            raise gr.Error(f"{field} = {payload!r} is not allowed: {allowed}.") from None
+
+    comp.preprocess = preprocess
+    return comp
+
 
 def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ...] = (), values: dict[str, Any] | None = None,
                 suggest: dict[str, list[str]] | None = None) -> dict[str, gr.components.Component]:
@@ -60,18 +83,24 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
         elif spec.choices:
             comps[name] = gr.Dropdown(choices=list(spec.choices), **common)
         elif spec.type in (int, float) and spec.min is not None and spec.max is not None and spec.step and (spec.max - spec.min) / spec.step <= 5000:
-            comps[name] = gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common)
+            comps[name] = named(gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common), name)
         elif spec.type in (int, float):
             # No gradio-side bounds: the dataclass validates, with a message that names the field.
             bounds = f" Allowed: {spec.min:g} to {spec.max:g}." if spec.min is not None and spec.max is not None else ""
-            comps[name] = gr.Number(precision=0 if spec.type is int else None, **{**common, "info": spec.help + bounds})
+            comps[name] = named(gr.Number(precision=0 if spec.type is int else None, **{**common, "info": spec.help + bounds}), name)
         else:
             comps[name] = gr.Textbox(**common)
     return comps
 
 
 def ui_errors(fn):
-    """Engine errors become a readable gr.Error in the browser, never a traceback or a dead server (generators too)."""
+    """Engine errors become a readable gr.Error in the browser, never a traceback or a dead server (generators too); an
+    unexpected error becomes a plain message naming its kind (the details go to the server's log only)."""
+
+    def unexpected(exc: Exception) -> gr.Error:
+        logging.getLogger("app").exception("unexpected error in %s", fn.__name__)
+        return gr.Error(f"Unexpected error ({type(exc).__name__}) in {fn.__name__.removeprefix('on_')}: the request could not be "
+                        "completed. Check the values you sent; the server's log has the details.")
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -79,6 +108,10 @@ def ui_errors(fn):
             return fn(*args, **kwargs)
         except EngineError as exc:
             raise gr.Error(str(exc)) from None
+        except gr.Error:
+            raise
+        except Exception as exc:  # noqa: BLE001 - never a traceback (or a server path) in the browser
+            raise unexpected(exc) from None
 
     @functools.wraps(fn)
     def gen_wrapper(*args, **kwargs):
@@ -86,8 +119,26 @@ def ui_errors(fn):
             yield from fn(*args, **kwargs)
         except EngineError as exc:
             raise gr.Error(str(exc)) from None
+        except gr.Error:
+            raise
+        except Exception as exc:  # noqa: BLE001 - as above
+            raise unexpected(exc) from None
 
     return gen_wrapper if inspect.isgeneratorfunction(fn) else wrapper
+
+
+def session_key(owner_v: str | None, request: gr.Request | None) -> str | None:
+    """Who is acting: the browser's key (kept in its local storage), else the gradio session of an API caller, so that a
+    run started through the API belongs to that caller's session and never to everyone."""
+    if owner_v:
+        return str(owner_v)
+    session = getattr(request, "session_hash", None)
+    return f"session:{session}" if session else None
+
+
+def uploads_of(upload_dir: Path, request: gr.Request | None) -> Path:
+    """This session's upload folder (engine/views/uploads.py): a form may only name files in it."""
+    return session_dir(upload_dir, getattr(request, "session_hash", None))
 
 
 # ---- Panel 1: memory estimator -------------------------------------------------------------------
@@ -99,10 +150,10 @@ def estimator_form() -> SimpleNamespace:
     with gr.Accordion("…or upload a config.json / describe the architecture", open=False):
         config_file = gr.File(label="config.json", file_types=[".json"])
         with gr.Row():
-            layers, hidden = gr.Number(value=32, precision=0, label="Layers"), gr.Number(value=4096, precision=0, label="Hidden size")
-            heads, kv = gr.Number(value=32, precision=0, label="Attention heads"), gr.Number(value=8, precision=0, label="KV heads")
+            layers, hidden = named(gr.Number(value=32, precision=0, label="Layers"), "layers"), named(gr.Number(value=4096, precision=0, label="Hidden size"), "hidden")
+            heads, kv = named(gr.Number(value=32, precision=0, label="Attention heads"), "heads"), named(gr.Number(value=8, precision=0, label="KV heads"), "kv_heads")
         with gr.Row():
-            inter, vocab = gr.Number(value=14336, precision=0, label="MLP intermediate"), gr.Number(value=128256, precision=0, label="Vocabulary")
+            inter, vocab = named(gr.Number(value=14336, precision=0, label="MLP intermediate"), "intermediate"), named(gr.Number(value=128256, precision=0, label="Vocabulary"), "vocab")
             tied = gr.Checkbox(value=False, label="Tied embeddings")
         manual_btn = gr.Button("Use this architecture (Llama-style)", size="sm")
     form = make_inputs(MemoryQuery, skip=("model",))
@@ -147,15 +198,16 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
         return estimate_view.estimate_or_warning(lambda: query_of(check_ui_estimator_model(model_v, upload_dir), *vals), tier_v,
                                                  runs_dir=jobs.runs_dir, shared=jobs.owner_only)
 
-    for comp in inputs:
-        comp.change(on_estimate, inputs, r.outputs, **QUIET)
+    for comp in inputs:  # queued: building an architecture on the meta device is CPU work (two at a time, the latest value wins)
+        comp.change(on_estimate, inputs, r.outputs, show_progress="hidden", trigger_mode="always_last", **ESTIMATE)
 
     @ui_errors
     def on_manual(layers, hidden, heads, kv, inter, vocab, tied):
         return gr.update(value=memory.arch_from_manual(layers, hidden, heads, kv, inter, vocab, tied).ref)
 
-    def on_config_upload(path):
-        return gr.update(value=str(keep_upload(path, upload_dir))) if path else gr.skip()
+    @ui_errors
+    def on_config_upload(path, request: gr.Request):
+        return gr.update(value=str(keep_upload(path, uploads_of(upload_dir, request), suffixes=[".json"], max_bytes=2**20))) if path else gr.skip()
 
     f.manual_btn.click(on_manual, f.manual, [f.model], api_name="manual_architecture")
     f.config_file.upload(on_config_upload, [f.config_file], [f.model])
@@ -190,6 +242,7 @@ def finetune_settings(jobs: JobManager) -> SimpleNamespace:
         lora = make_inputs(TrainConfig, only=finetune_form.FT_LORA, values=finetune_form.FT_DEFAULTS)
     with gr.Accordion("Run", open=False):
         runf = make_inputs(TrainConfig, only=finetune_form.FT_RUN, values=finetune_form.FT_DEFAULTS)
+        runf["trust_remote_code"].visible = not sharing.is_shared()  # refused on a shared app (engine/sharing.py)
     prediction = gr.Markdown(elem_id="finetune-prediction")
     with gr.Row():
         start, stop = gr.Button("Start training", variant="primary"), gr.Button("Stop (saves a checkpoint)", variant="stop")
@@ -224,11 +277,17 @@ def run_actions(jobs: JobManager) -> SimpleNamespace:
         delete = gr.Button("Delete", scale=1)
     with gr.Row():
         zip_btn, merge_btn = gr.Button("Download run (zip)", size="sm"), gr.Button("Merge adapter into a 16-bit model", size="sm")
+    with gr.Row(equal_height=True):  # GGUF for llama.cpp / Ollama / LM Studio (engine/export/gguf.py): nothing to compile
+        gguf_spec = field_specs(GgufSettings)[0]
+        gguf_type = gr.Dropdown(choices=list(gguf_spec.choices), value=gguf_spec.default, label=gguf_spec.label, info=gguf_spec.help, scale=3)
+        gguf_btn = gr.Button("Export GGUF (+ Ollama Modelfile)", size="sm", scale=1)
+    gguf_note = gr.Markdown(elem_id="finetune-gguf-note")
     download = gr.File(label="Download", visible=False)
-    return SimpleNamespace(run_pick=run_pick, resume=resume, retry=retry, delete=delete, zip_btn=zip_btn, merge_btn=merge_btn, download=download)
+    return SimpleNamespace(run_pick=run_pick, resume=resume, retry=retry, delete=delete, zip_btn=zip_btn, merge_btn=merge_btn, download=download,
+                           gguf_type=gguf_type, gguf_btn=gguf_btn, gguf_note=gguf_note)
 
 
-def push_panel(jobs: JobManager, run_pick: gr.Dropdown) -> None:
+def push_panel(jobs: JobManager, run_pick: gr.Dropdown, owner: gr.State) -> None:
     """Push the picked run (adapter, merged or full model) to the Hugging Face Hub with a token typed for this push only."""
     with gr.Accordion("Push to the Hugging Face Hub", open=False):
         with gr.Row():
@@ -236,6 +295,8 @@ def push_panel(jobs: JobManager, run_pick: gr.Dropdown) -> None:
             push_what = gr.Radio(["adapter", "merged", "model"], value="adapter", label="What", scale=2,
                                  info="adapter (LoRA/QLoRA), merged (after Merge adapter) or model (full / from scratch)")
             push_private = gr.Checkbox(value=True, label="Private", info="for a new repo", scale=1)
+        push_gguf = gr.Radio(["none", *field_specs(GgufSettings)[0].choices], value="none", label="Also upload a GGUF (llama.cpp / Ollama)",
+                             info="With merged or model: the GGUF file and its Ollama Modelfile go up beside the model.")
         # The token is never returned to any output (the box is cleared after a push) and never read from the
         # server's HF_TOKEN: on a shared link that would let anyone push with the owner's account.
         push_token = gr.Textbox(type="password", label="Hugging Face token (write permission)", placeholder="hf_…",
@@ -244,39 +305,41 @@ def push_panel(jobs: JobManager, run_pick: gr.Dropdown) -> None:
         push_result = gr.Markdown()
 
         @ui_errors
-        def on_push(name, repo, what, private, token):
-            return run_control.push_finished_run(jobs, name, repo, what, private, token), ""
+        def on_push(name, repo, what, private, token, gguf, owner_v, request: gr.Request):
+            return run_control.push_finished_run(jobs, name, repo, what, private, token, gguf, owner=session_key(owner_v, request)), ""
 
         def push_default(name):  # a full/scratch run has a model, not an adapter
             return run_control.push_default(jobs, name) or gr.skip()
 
-        push_btn.click(on_push, [run_pick, push_repo, push_what, push_private, push_token], [push_result, push_token], api_name="push_to_hub")
+        push_btn.click(on_push, [run_pick, push_repo, push_what, push_private, push_token, push_gguf, owner], [push_result, push_token],
+                       api_name="push_to_hub")
         run_pick.change(push_default, [run_pick], [push_what], **QUIET, api_visibility="private")
 
 
 def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, names: list[str]) -> SimpleNamespace:
     """Handlers of the fine-tune form; each takes (dataset upload, *form values, eval upload) as the form's inputs."""
 
-    def config_of(upload_path: str | None, *vals: Any) -> TrainConfig:
+    def config_of(request: gr.Request | None, upload_path: str | None, *vals: Any) -> TrainConfig:
         *vals, eval_path = vals  # the eval upload comes last (the form's inputs)
-        return finetune_form.train_config_from_form(dict(zip(names, vals, strict=True)), upload_path, eval_path, upload_dir=upload_dir,
+        # uploads go to (and the form may only name files in) this session's own upload folder
+        return finetune_form.train_config_from_form(dict(zip(names, vals, strict=True)), upload_path, eval_path, upload_dir=uploads_of(upload_dir, request),
                                                     runs_dir=jobs.runs_dir, allow_local_models=allow_local_models)
 
-    def on_predict(upload_path, *vals):
-        return finetune_form.prediction_or_warning(lambda: config_of(upload_path, *vals), jobs.runs_dir)
+    def on_predict(request: gr.Request, upload_path, *vals):
+        return finetune_form.prediction_or_warning(lambda: config_of(request, upload_path, *vals), jobs.runs_dir)
 
     @ui_errors
-    def on_start(owner_v, upload_path, *vals):
-        cfg = config_of(upload_path, *vals)
+    def on_start(request: gr.Request, owner_v, upload_path, *vals):
+        cfg = config_of(request, upload_path, *vals)
         if finetune_form.memory_prediction(cfg, jobs.runs_dir)[1] == "no":
             gr.Warning("The estimator predicts this run will not fit in this machine's memory; it may stop with an out-of-memory error.")
-        name = jobs.start(cfg, owner=owner_v)
+        name = jobs.start(cfg, owner=session_key(owner_v, request))
         gr.Info(f"Started run '{name}'. You can close this tab: the run goes on and is shown again when you come back.")
         return name, gr.update(choices=run_view.run_choices(jobs), value=name)
 
     @ui_errors
-    def on_inspect(upload_path, *vals):
-        return finetune_form.data_check(config_of(upload_path, *vals), jobs.runs_dir)
+    def on_inspect(request: gr.Request, upload_path, *vals):
+        return finetune_form.data_check(config_of(request, upload_path, *vals), jobs.runs_dir)
 
     @ui_errors
     def on_preset(tier, upload_path, *vals):
@@ -284,8 +347,8 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
         return [note, *[gr.update(value=values[n]) if n in values else gr.skip() for n in names]]
 
     @ui_errors
-    def on_show_cmd(upload_path, *vals):
-        return gr.update(value=finetune_form.reproduce_command(config_of(upload_path, *vals)), visible=True)
+    def on_show_cmd(request: gr.Request, upload_path, *vals):
+        return gr.update(value=finetune_form.reproduce_command(config_of(request, upload_path, *vals)), visible=True)
 
     return SimpleNamespace(on_predict=on_predict, on_start=on_start, on_inspect=on_inspect, on_preset=on_preset, on_show_cmd=on_show_cmd)
 
@@ -306,39 +369,44 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
         return run_view.watched_outputs(jobs, name) or (gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
     @ui_errors
-    def on_stop(name, owner_v):
-        gr.Info(run_control.stop_run(jobs, name, owner_v))
+    def on_stop(name, owner_v, request: gr.Request):
+        gr.Info(run_control.stop_run(jobs, name, session_key(owner_v, request)))
 
     @ui_errors
-    def on_resume(name, owner_v):
-        gr.Info(run_control.resume_run(jobs, name, owner_v))
+    def on_resume(name, owner_v, request: gr.Request):
+        gr.Info(run_control.resume_run(jobs, name, session_key(owner_v, request)))
         return name
 
     @ui_errors
-    def on_retry(name, owner_v):
-        new, message = run_control.retry_run(jobs, name, owner_v)
+    def on_retry(name, owner_v, request: gr.Request):
+        new, message = run_control.retry_run(jobs, name, session_key(owner_v, request))
         gr.Info(message)
         return new, gr.update(choices=run_view.run_choices(jobs), value=new)
 
     @ui_errors
-    def on_delete(name, owner_v):
-        run_control.delete_run(jobs, name, owner_v)
+    def on_delete(name, owner_v, request: gr.Request):
+        run_control.delete_run(jobs, name, session_key(owner_v, request))
         return None, gr.update(choices=run_view.run_choices(jobs), value=None), run_view.history_rows(jobs)
 
     @ui_errors
-    def on_zip(name):
-        return gr.update(value=str(run_control.zip_for_download(jobs, name)), visible=True)
+    def on_zip(name, owner_v, request: gr.Request):
+        return gr.update(value=str(run_control.zip_for_download(jobs, name, session_key(owner_v, request))), visible=True)
 
     @ui_errors
-    def on_merge(name):
-        gr.Info(run_control.merge_finished_run(jobs, name))
+    def on_merge(name, owner_v, request: gr.Request):
+        gr.Info(run_control.merge_finished_run(jobs, name, session_key(owner_v, request)))
 
     def on_offer():  # the newest interrupted run (a Colab disconnect), offered at the top of the panel
         name, text = run_view.resume_offer(jobs)
         return gr.update(visible=bool(name)), text, name
 
+    @ui_errors
+    def on_gguf(name, gguf_type, owner_v, request: gr.Request):
+        path, message = run_control.export_gguf_for_download(jobs, name, gguf_type, owner=session_key(owner_v, request))
+        return gr.update(value=str(path), visible=True), message
+
     return SimpleNamespace(on_load=on_load, init_owner=init_owner, on_poll=on_poll, on_stop=on_stop, on_resume=on_resume, on_retry=on_retry,
-                           on_delete=on_delete, on_zip=on_zip, on_merge=on_merge, on_offer=on_offer)
+                           on_delete=on_delete, on_zip=on_zip, on_merge=on_merge, on_offer=on_offer, on_gguf=on_gguf)
 
 
 def resume_banner() -> SimpleNamespace:
@@ -360,7 +428,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
         with gr.Column(scale=3):
             view = watched_run()
             act = run_actions(jobs)
-            push_panel(jobs, act.run_pick)
+            push_panel(jobs, act.run_pick, owner)
             history = gr.Dataframe(headers=run_view.HISTORY_HEADERS, interactive=False, label="Run history", wrap=True)
     form, run_pick = f.form, act.run_pick
     distill_only = [form[n] for n in finetune_form.DISTILL_ONLY]
@@ -378,8 +446,10 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", **JOBS)
     f.inspect_btn.click(fh.on_inspect, f.inputs, f.inspect_out, api_name="inspect_data")
     run_pick.input(lambda n: n, [run_pick], [watched], queue=False)
-    act.zip_btn.click(rh.on_zip, [run_pick], [act.download], api_name="download_run")
-    act.merge_btn.click(rh.on_merge, [run_pick], None, api_name="merge_adapter", **GPU)
+    act.zip_btn.click(rh.on_zip, [run_pick, owner], [act.download], api_name="download_run")
+    act.merge_btn.click(rh.on_merge, [run_pick, owner], None, api_name="merge_adapter", **GPU)
+    act.gguf_btn.click(rh.on_gguf, [run_pick, act.gguf_type, owner], [act.download, act.gguf_note], api_name="export_gguf", **GPU)
+    run_pick.change(lambda n: run_control.gguf_note(jobs, n), [run_pick], [act.gguf_note], **QUIET, api_visibility="private")
     f.show_cmd.click(fh.on_show_cmd, f.inputs, [f.command], api_name="show_command")
     f.preset_btn.click(fh.on_preset, [f.preset, *f.inputs], [f.preset_note, *form.values()], api_name="apply_preset").then(
         fh.on_predict, f.inputs, [f.prediction], **QUIET)
@@ -402,7 +472,8 @@ def model_settings(jobs: JobManager, models: list[str]) -> SimpleNamespace:
                         info="A pretrained built-in model, a finished run (run:NAME: adapter applied on its base; run:NAME/merged: its merged "
                              "16-bit model), or a Hugging Face id (the catalog's are listed; downloaded once, when online).")
     with gr.Row():
-        refresh, unload = gr.Button("Refresh model list", size="sm"), gr.Button("Unload models (free memory)", size="sm")
+        # on a shared app the model cache serves every visitor: nobody may empty it (engine/views/playground_load.py)
+        refresh, unload = gr.Button("Refresh model list", size="sm"), gr.Button("Unload models (free memory)", size="sm", visible=not sharing.is_shared())
     quant = gr.Dropdown(choices=[c for c in field_specs(QuantSettings)[0].choices], value="none", label="Load as", info=field_specs(QuantSettings)[0].help)
     with gr.Accordion("Adapter and placement", open=False):
         adapter = gr.Dropdown(choices=choices.adapter_choices(jobs), value=choices.NO_ADAPTER, label="Adapter", elem_id="playground-adapter",
@@ -453,7 +524,7 @@ def batch_tab() -> SimpleNamespace:
     gr.Markdown("Many prompts, generated in memory-safe micro-batches (halved automatically after an out-of-memory).")
     text = gr.Textbox(label="Prompts, one per line", lines=6)
     file = gr.File(label="…or a .txt / .jsonl / .csv file (column prompt, instruction or text)", file_types=[".txt", ".jsonl", ".csv"])
-    size = gr.Slider(1, 64, value=8, step=1, label="Micro batch")
+    size = named(gr.Slider(1, 64, value=8, step=1, label="Micro batch"), "micro batch")
     with gr.Row():
         btn, stop = gr.Button("Generate all", variant="primary"), gr.Button("Stop")
     outputs = [gr.Markdown(), gr.Dataframe(headers=["#", "prompt", "output", "tokens", "seconds"], interactive=False, wrap=True),
@@ -467,8 +538,8 @@ def evaluate_tab() -> SimpleNamespace:
     text = gr.Textbox(label="Text (empty: use the dataset below)", lines=4)
     data = gr.Dropdown(choices=list(choices.BUILTIN_DATASETS), value="builtin:corpus", label="…or a built-in dataset")
     with gr.Row():
-        window = gr.Number(value=0, precision=0, label="Window (0 = the model's context)")
-        stride = gr.Number(value=0, precision=0, label="Stride (0 = window / 2)")
+        window = named(gr.Number(value=0, precision=0, label="Window (0 = the model's context)"), "window")
+        stride = named(gr.Number(value=0, precision=0, label="Stride (0 = window / 2)"), "stride")
         both = gr.Checkbox(value=False, label="Also model B")
     with gr.Row():
         ppl_btn, acc_btn = gr.Button("Perplexity", variant="primary"), gr.Button("Date-task accuracy")
@@ -477,11 +548,17 @@ def evaluate_tab() -> SimpleNamespace:
 
 
 def export_tab() -> SimpleNamespace:
+    from engine.export.onnx import INSTALL_COMMAND, missing_packages
+
+    missing = missing_packages()  # the optional packages (requirements-onnx.txt): say so before the click, not after
     gr.Markdown("Export the model on the left (a compact model, a full/scratch run, or a merged run) to ONNX, run it with "
-                "ONNX Runtime on the CPU, and compare it with PyTorch (needs `pip install -r requirements-onnx.txt`).")
-    prompts = gr.Textbox(label="Test prompts, one per line", lines=3, value="A memória da GPU\nThe KV cache")
-    btn = gr.Button("Export and compare", variant="primary")
-    outputs = [gr.Dataframe(headers=["check", "value"], interactive=False), gr.File(label="model.onnx", visible=False)]
+                "ONNX Runtime on the CPU, and compare it with PyTorch. The download is one zip: `model.onnx`, its weights "
+                "`model.onnx.data`, the tokenizer and `onnx_info.json`."
+                + (f"\n\n**Not available here:** {', '.join(missing)} not installed. Enable it with `{INSTALL_COMMAND}` and restart the app."
+                   if missing else ""), elem_id="playground-onnx-note")
+    prompts = gr.Textbox(label="Test prompts, one per line", lines=3, value="A memória da GPU\nThe KV cache", interactive=not missing)
+    btn = gr.Button("Export and compare", variant="primary", interactive=not missing)
+    outputs = [gr.Dataframe(headers=["check", "value"], interactive=False), gr.File(label="ONNX export (zip)", visible=False)]
     return SimpleNamespace(prompts=prompts, btn=btn, outputs=outputs)
 
 
@@ -530,8 +607,8 @@ def batch_eval_handlers(jobs: JobManager, load: Any, allow_local_models: bool, g
         loaded = load(ref_v, quant_mode, tuple(gen_vals[len(gen_names):]))  # the settings are read after the load, as before
         stop_ev = signals.fresh(request.session_hash or "")
         settings = playground.split_gen_values(gen_names, gen_vals)[0]
-        for line, rows, csv in playground.batch_updates(loaded, prompts, settings, chat=mode_v == "chat", micro_batch=int(micro), stop_event=stop_ev,
-                                                        exports_dir=jobs.runs_dir / "_exports"):
+        for line, rows, csv in playground.batch_updates(loaded, prompts, settings, chat=mode_v == "chat", micro_batch=playground.micro_batch_of(micro),
+                                                        stop_event=stop_ev):
             yield line, rows, gr.update(value=str(csv), visible=True) if csv else gr.skip()
 
     @ui_errors
@@ -585,7 +662,7 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
     cmp.btn.click(h.on_compare, [s.model, cmp.model_b, s.quant, s.mode, s.system, cmp.prompt, *gen, *s.load_extra], cmp.outputs, api_name="compare", **GPU)
     cmp.stop.click(h.on_stop, None, None, queue=False)
     s.refresh.click(lambda: model_list_updates(jobs), None, [s.model, cmp.model_b, s.adapter], queue=False)
-    s.unload.click(lambda: f"Unloaded {playground_load.unload_models()} model(s).", None, [s.model_info], api_name="unload_models")
+    s.unload.click(ui_errors(lambda: f"Unloaded {playground_load.unload_models()} model(s)."), None, [s.model_info], api_name="unload_models")
     s.preset.input(h.on_preset, [s.preset, *gen], gen, queue=False)
     x.btn.click(be.on_onnx, [s.model, x.prompts], x.outputs, api_name="export_onnx", **GPU)
     b.btn.click(be.on_batch, [s.model, s.quant, s.mode, b.text, b.file, b.size, *gen, *s.load_extra], b.outputs, api_name="batch_generate", **GPU)
@@ -596,22 +673,46 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
     return {"model": s.model, "model_b": cmp.model_b, "adapter": s.adapter}
 
 
+# ---- MCP tools (python app.py --mcp) -------------------------------------------------------------
+
+def mcp_tools(demo: gr.Blocks, jobs: JobManager, owner_only: bool, allow_local_models: bool) -> None:
+    """The app's main functions as typed, documented API endpoints, which gradio's MCP server lists as tools
+    (engine/views/assistant.py). On a shared app (owner_only) start/stop are left out: an MCP caller has no browser key.
+    gradio's MCP server lists every documented endpoint, and the page's ~100 form handlers (each .change of a widget)
+    would bury these few: with --mcp they become "undocumented" (still callable by gradio_client, off the API page
+    and the MCP tool list)."""
+    from engine.views import assistant
+
+    for block_fn in demo.fns.values():
+        if block_fn.api_visibility == "public":
+            block_fn.api_visibility = "undocumented"
+    for fn in assistant.tools(jobs, allow_control=not owner_only, allow_local_models=allow_local_models):
+        limits = GPU if fn.__name__ == "generate" else JOBS if fn.__name__ == "start_training" else {}
+        gr.api(ui_errors(fn), api_name=f"mcp_{fn.__name__}", **limits)
+
+
 # ---- The page ------------------------------------------------------------------------------------
 
-def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool = False) -> gr.Blocks:
+def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool | None = None, stop_grace_s: float = 20.0,
+              mcp: bool = False) -> gr.Blocks:
     """The whole page. allow_local_models lets the playground load model folders from this machine's disk: only for a
-    local, trusted `python app.py --allow-local-models`, never on a public link. owner_only: only the browser that
-    started a run may stop, resume or delete it (a public link, a Space)."""
+    local, trusted `python app.py --allow-local-models`, never on a shared app (refused there). owner_only: only the
+    session that started a run may act on it (default: shared mode, engine/sharing.py). stop_grace_s: how long a run asked
+    to stop may take before its process tree is killed. mcp: add the assistant tools (see mcp_tools)."""
     runs_dir, upload_dir = Path(runs_dir), Path(runs_dir) / "_uploads"
     upload_dir.mkdir(parents=True, exist_ok=True)
-    jobs = JobManager(runs_dir, owner_only=owner_only)  # shared by every browser session (its own lock serializes start/stop)
+    if allow_local_models and sharing.is_shared():
+        raise EngineError("--allow-local-models cannot be used on a shared app: anyone with the link could read model folders on this machine.")
+    sweep_uploads(upload_dir, runs_dir)  # uploads older than a day that no run names
+    jobs = JobManager(runs_dir, owner_only=owner_only, stop_grace_s=stop_grace_s)  # shared by every browser session (its own lock serializes start/stop)
     with gr.Blocks(title="Compact LLM Lab") as demo:
         # This browser's key (engine/training/jobs.py "Who may stop a run"), kept in its local storage so that it survives reloads,
         # closed tabs and app restarts. At the top level: components inside a tab are not mounted until the tab is
         # opened, and an unmounted BrowserState is never read from or saved to the browser.
         browser_key = gr.BrowserState(None, storage_key="compact-llm-lab-owner")
         gr.Markdown("# Compact LLM Lab\nEstimate memory, fine-tune with QLoRA/LoRA, and generate — on a small GPU, a free Colab T4, or a CPU. "
-                    f"Runs are saved in `{runs_dir}`.")
+                    + ("This is a shared app: your runs and files are yours alone; others can see that runs exist." if sharing.is_shared()
+                       else f"Runs are saved in `{runs_dir}`."))
         with gr.Tabs():
             with gr.Tab("Memory estimator"):
                 est = build_estimator(upload_dir, jobs)
@@ -629,49 +730,91 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
             return [gr.update(value=values[n]) if n in values else gr.skip() for n in form]
 
         est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], list(form.values()), api_name="copy_to_finetune")
-        demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate")
+        demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate", **ESTIMATE)
         demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"], ft["form"]["base_model"], ft["form"]["teacher_model"]])
         demo.load(ft["init_owner"], [browser_key], [browser_key, ft["owner"]], api_visibility="private", queue=False)
         demo.load(ft["offer"], None, ft["offer_outputs"], api_name="interrupted_run")
         demo.load(ft["predict"], ft["form_inputs"], [ft["prediction"]], api_name="predict_memory")
         # finished runs appear in the playground as soon as its tab is opened
         pg_tab.select(lambda: model_list_updates(jobs), None, [pg["model"], pg["model_b"], pg["adapter"]], queue=False)
+        # a closed session's uploads go (those a run names stay, for Resume)
+        def on_session_end(request: gr.Request) -> None:
+            sweep_uploads(upload_dir, runs_dir, session=request.session_hash)
+
+        demo.unload(on_session_end)
+        if mcp:
+            mcp_tools(demo, jobs, jobs.owner_only, allow_local_models)
     return demo
 
 
-def shared_app(share_flag: bool) -> bool:
-    """Will people other than the one who started the app reach it? A --share link, a Hugging Face Space, or Colab (where
-    gradio turns the public link on by itself)."""
-    return bool(share_flag or os.environ.get("SPACE_ID") or os.environ.get("COLAB_RELEASE_TAG"))
+def login_of(args: argparse.Namespace, decision: sharing.Decision) -> tuple[tuple[str, str] | None, str | None]:
+    """gradio's launch(auth=...) and a line to print: --auth USER:PASSWORD or COMPACT_LAB_AUTH (a Space secret); on
+    Colab with a public link, a login with a password generated now unless --no-auth."""
+    spec = args.auth or os.environ.get(AUTH_ENV, "")
+    if args.no_auth:
+        if decision.shared:
+            return None, "WARNING: --no-auth on a shared app: anyone with the link can use it (train, load models, fill the disk)."
+        return None, None
+    if spec:
+        user, sep, password = spec.partition(":")
+        if not sep or not user or not password:
+            raise SystemExit(f"--auth / {AUTH_ENV} must be USER:PASSWORD (both non-empty).")
+        return (user, password), f"Login required: user {user!r} (the password you gave)."
+    if sharing.on_colab() and decision.shared:
+        password = secrets.token_urlsafe(9)
+        return ("lab", password), f"Login is on for this public link: user 'lab', password {password} (new at every start; --no-auth turns it off)."
+    return None, None
+
+
+AUTH_ENV = "COMPACT_LAB_AUTH"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Compact LLM Lab web app")
     parser.add_argument("--share", action="store_true", help="Create a public gradio.live link (on by default on Colab).")
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
-    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), help="0.0.0.0 to listen on all interfaces.")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                        help="0.0.0.0 to listen on all interfaces (the app is then shared: see docs/security.md).")
     parser.add_argument("--runs-dir", default=None, help="Where runs are stored (default: $COMPACT_LAB_RUNS or ./runs).")
     parser.add_argument("--allow-local-models", action="store_true",
-                        help="Let the playground and the fine-tune form use model folders on this machine's disk (a trusted local app only, never with --share).")
+                        help="Let the playground and the fine-tune form use model folders on this machine's disk (a trusted local app only, never when shared).")
     parser.add_argument("--auto-resume", action="store_true",
                         help="At start, resume the newest interrupted run (its process ended without finishing: a Colab disconnect).")
+    parser.add_argument("--auth", default=None, metavar="USER:PASSWORD", help=f"Ask for a login (also ${AUTH_ENV}, e.g. a Space secret).")
+    parser.add_argument("--no-auth", action="store_true", help="No login, even on a Colab public link (anyone with the link can use the app).")
+    parser.add_argument("--share-owner-token", action="store_true",
+                        help="On a shared app, let visitors' model loads use this server's HF_TOKEN: anyone with the link can then read "
+                             "your private and gated repositories. Off by default.")
+    parser.add_argument("--mcp", action="store_true",
+                        help="Also serve the app's main functions (estimate memory, list models and runs, start/stop/status of a training run, "
+                             "generate) as MCP tools for AI assistants at /gradio_api/mcp/ (needs the mcp package of requirements.txt).")
     args = parser.parse_args(argv)
-    if args.allow_local_models and shared_app(args.share):
-        parser.error("--allow-local-models cannot be used on a shared app (--share, a Space, Colab): anyone with the link could read "
+    decision = sharing.decide(share=args.share, host=args.host)
+    if args.allow_local_models and decision.shared:
+        parser.error("--allow-local-models cannot be used on a shared app (" + "; ".join(decision.reasons) + "): anyone with the link could read "
                      "model folders on this machine.")
+    sharing.activate(decision.shared, owner_token=args.share_owner_token)
+    if decision.shared:
+        print("Shared app (" + "; ".join(decision.reasons) + "): runs and files belong to the session that made them; no remote code; "
+              + ("visitors' loads USE this server's HF_TOKEN (--share-owner-token)." if args.share_owner_token else "the server's HF_TOKEN is not used for visitors."))
+    auth, note = login_of(args, decision)
+    if note:
+        print(note, flush=True)
     if args.runs_dir:
         os.environ["COMPACT_LAB_RUNS"] = args.runs_dir
     runs_dir = default_runs_dir()
-    demo = build_app(runs_dir, allow_local_models=args.allow_local_models, owner_only=shared_app(args.share))
+    demo = build_app(runs_dir, allow_local_models=args.allow_local_models, mcp=args.mcp)
     if args.auto_resume:
         try:
             print(run_control.auto_resume(JobManager(runs_dir)) or "--auto-resume: no interrupted run to resume.", flush=True)
         except EngineError as exc:  # e.g. a run is still going: the app starts anyway, and says why nothing resumed
             print(f"--auto-resume: {exc}", flush=True)
     demo.queue(default_concurrency_limit=1)
-    exports = runs_dir / "_exports"  # zips, CSVs and ONNX files offered for download (and nothing else of the runs dir)
-    exports.mkdir(exist_ok=True)
-    demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), allowed_paths=[str(exports)])
+    # No allowed_paths: files handed back (zips, CSVs, ONNX) are copied by gradio into its own cache from a private folder.
+    # show_error: gradio's own input checks (a value outside a dropdown's choices) reach an API caller as a message;
+    # every handler turns its own errors into messages without server details (ui_errors).
+    demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), auth=auth,
+                max_file_size=MAX_FILE_BYTES, show_error=True, mcp_server=args.mcp)
 
 
 if __name__ == "__main__":

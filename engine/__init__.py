@@ -11,6 +11,7 @@ LoraSettings           engine.config               LoRA rank, alpha, dropout and
 GenerationSettings     engine.config               decoding: greedy or sampling, penalties, stop strings, seed
 MemoryQuery            engine.config               a memory-estimator question: model, task, batch, length, ...
 resolve_dtype          engine.hardware.device      the dtype policy: device x choice x model family (fp16-unsafe)
+GgufSettings           engine.config               a GGUF export: weight type (f16, q8_0, q4_0) and decoding preset
 estimate               engine.estimator.memory     MemoryQuery -> MemoryEstimate (breakdown, verdicts, fixes)
 apply_recipe           engine.estimator.recipes    a hardware tier's recipe adapted to a model
 load_model             engine.models.loading       any model reference -> LoadedModel (model, tokenizer, device)
@@ -26,6 +27,8 @@ distillation_loss      engine.training.distill     the knowledge-distillation lo
 stream_generate        engine.inference.generate   stream tokens from a LoadedModel
 merge_adapter          engine.export.merge         merge a run's LoRA adapter into a 16-bit copy of its base
 merge_plan             engine.export.merge         where a merge runs: the GPU when the unquantized base fits, else CPU
+export_gguf            engine.export.gguf          a model folder -> GGUF (tokenizer, chat template) + Ollama Modelfile
+export_ref_gguf        engine.export.gguf_run      a run (merged first if LoRA) or builtin:NAME -> GGUF in the exports folder
 push_run               engine.export.hub           push a run to the Hugging Face Hub with a model card
 =====================  ==========================  =============================================================
 
@@ -54,6 +57,7 @@ _LAZY = {
     "GenerationSettings": "config",
     "MemoryQuery": "config",
     "resolve_dtype": "hardware.device",
+    "GgufSettings": "config",
     "estimate": "estimator.memory",
     "apply_recipe": "estimator.recipes",
     "load_model": "models.loading",
@@ -69,6 +73,8 @@ _LAZY = {
     "stream_generate": "inference.generate",
     "merge_adapter": "export.merge",
     "merge_plan": "export.merge",
+    "export_gguf": "export.gguf",
+    "export_ref_gguf": "export.gguf_run",
     "push_run": "export.hub",
 }
 

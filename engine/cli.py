@@ -1,4 +1,4 @@
-"""Command line: `python -m engine estimate|train|generate|prepare-builtin|merge|push|runs`.
+"""Command line: `python -m engine estimate|train|generate|prepare-builtin|merge|export-gguf|push|runs`.
 
 Every flag is generated from the config dataclasses (engine/config.py): the flag's help is the field's
 help text, choices come from its Literal type, and values are validated by the same __post_init__ the UI
@@ -16,8 +16,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .config import GenerationSettings, QuantSettings, TrainConfig
-from .errors import EngineError
+from .config import GenerationSettings, GgufSettings, QuantSettings, TrainConfig
+from .errors import EngineError, RunStopped
 from .fields import field_specs, from_dict, from_flat, to_dict
 
 
@@ -110,6 +110,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     events = EventLog(run_dir / "events.jsonl", all_ranks=True)  # a failure of any rank must reach the UI
     try:
         result = run_training(cfg, run_dir, runs_dir=runs_dir, resume=args.resume)
+    except RunStopped as exc:  # a Stop honoured before training proper (the built-in base's pretraining): resumable
+        (run_dir / "STOP").unlink(missing_ok=True)
+        events.write("stopped", step=0, checkpoint=None, message=str(exc))
+        print(str(exc), flush=True)
+        return 0
     except EngineError as exc:
         events.write("error", kind=getattr(exc, "kind", "engine"), message=str(exc))  # "nan": the loss diverged
         raise
@@ -238,6 +243,19 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_gguf(args: argparse.Namespace) -> int:
+    from .export.gguf_run import export_ref_gguf, zip_export
+    from .refs import default_runs_dir
+
+    settings = from_flat(GgufSettings, _given(args, GgufSettings))
+    result = export_ref_gguf(args.run, default_runs_dir(), settings)
+    print(f"GGUF ({result.arch}, {result.type}, {result.bytes / 2**20:,.1f} MiB, {result.seconds:.2f} s): {result.gguf_path}")
+    print(f"Ollama Modelfile: {result.modelfile}" + ("" if result.template_checked else " (no TEMPLATE: see the comment inside)"))
+    if args.zip:
+        print(f"zip: {zip_export(result.folder)}")
+    return 0
+
+
 def cmd_push(args: argparse.Namespace) -> int:
     import getpass
     import os
@@ -263,7 +281,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     if token is None and sys.stdin.isatty():
         token = getpass.getpass("Hugging Face token with write permission (input hidden): ").strip() or None
     url = push_run(run_dir, args.repo, what=args.what, token=token, private=args.private, merge=args.merge,
-                   license=args.license, runs_dir=runs_dir)
+                   license=args.license, runs_dir=runs_dir, gguf=args.gguf)
     print(f"pushed to {url}")
     return 0
 
@@ -320,6 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser(
+        "export-gguf", help="Write a finished run (or builtin:NAME) to GGUF for llama.cpp / Ollama, with an Ollama Modelfile.",
+        description="Write a finished run's model (full/scratch runs) or merged model (LoRA/QLoRA runs, merged first when needed) "
+                    "to <runs>/_exports/gguf-<run>-<type>/: the .gguf file (tokenizer and chat template inside), an Ollama "
+                    "Modelfile and gguf_info.json. Pure Python (the gguf package): nothing is compiled or downloaded.")
+    p.add_argument("--run", required=True, help="Run name under the runs directory (or run:NAME, or builtin:NAME for a built-in model).")
+    p.add_argument("--zip", action="store_true", help="Also pack the export folder into one zip beside it.")
+    add_dataclass_args(p, GgufSettings)
+    p.set_defaults(func=cmd_export_gguf)
+
+    p = sub.add_parser(
         "push", help="Push a finished run's adapter, merged model or model to the Hugging Face Hub, with a model card.",
         description="Push a finished run to the Hugging Face Hub (the repo is created if missing) with a model card written "
                     "from its config and metrics. The token is read from $HF_TOKEN, or asked for (hidden) in a terminal. "
@@ -335,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     vis.add_argument("--public", dest="private", action="store_false", help="Create the repo public.")
     p.add_argument("--merge", action="store_true", help="With --what merged: merge the adapter first if it has not been merged.")
     p.add_argument("--license", default=None, help="License id for the model card (e.g. apache-2.0); default: omitted.")
+    p.add_argument("--gguf", choices=["f16", "q8_0", "q4_0"], default=None,
+                   help="Also upload a GGUF of the model (with --what merged or model) and its Ollama Modelfile.")
     p.set_defaults(func=cmd_push)
 
     p = sub.add_parser("runs", help="List runs and their state.")

@@ -16,6 +16,7 @@ from typing import Literal
 from .errors import ConfigError
 from .fields import opt, validate
 from .refs import BUILTIN_PREFIX, check_hub_config, check_hub_ref, check_split, is_folder_safe_name, is_hub_ref, parse_columns
+from .sharing import check_remote_code
 
 # --------------------------------------------------------------------------------------------------
 # Model loading
@@ -225,6 +226,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+        check_remote_code(self.trust_remote_code)  # refused on a shared app, in the app and in its training subprocess alike
         if not self.base_model.strip():
             raise ConfigError("base_model", self.base_model, "a built-in name, run:NAME, a Hub id or a model folder")
         if not self.dataset.strip():
@@ -389,3 +391,33 @@ class MemoryQuery:
 
 
 # --- end memory -----------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------------------
+# GGUF export
+# --------------------------------------------------------------------------------------------------
+
+GgufType = Literal["f16", "q8_0", "q4_0"]
+
+
+@dataclass
+class GgufSettings:
+    """How a model is written to GGUF for llama.cpp / Ollama (engine/export/gguf.py)."""
+
+    type: GgufType = opt(
+        "q8_0",
+        "Weight type in the GGUF file: f16 (exact, 2 bytes a weight), q8_0 (8-bit blocks, ~1.06 bytes a weight, near-lossless) "
+        "or q4_0 (4-bit blocks, ~0.56 bytes a weight, smallest; embeddings and output head stay q8_0).",
+        label="GGUF type",
+        choices_help={"f16": "16-bit floats: the reference, largest.", "q8_0": "8-bit blocks of 32: half of f16, almost no loss.",
+                      "q4_0": "4-bit blocks of 32: a quarter of f16, some loss."},
+    )
+    preset: str = opt(
+        "balanced", "Decoding preset (presets/generation.yaml) written as the Modelfile's PARAMETERs: precise, balanced or creative.",
+        label="Decoding preset",
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if not str(self.preset).strip():
+            raise ConfigError("preset", self.preset, "a decoding preset name from presets/generation.yaml (precise, balanced, creative)")

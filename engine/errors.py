@@ -43,6 +43,11 @@ class TrainingDiverged(EngineError):
     kind = "nan"  # the `error` event's kind (engine/cli.py), so the UI can tell it from a crash or an OOM
 
 
+class RunStopped(JobError):
+    """A run's Stop was honoured before training proper began (e.g. while the built-in base was being pretrained):
+    the run ends as stopped (resumable), not failed."""
+
+
 class GenerationError(EngineError):
     """A generation request cannot be served (empty prompt, model not loaded...)."""
 

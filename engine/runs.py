@@ -99,15 +99,25 @@ def config_yaml(cfg: TrainConfig) -> str:
     return header + yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
 
 
+MAX_CONFIG_CHARS = 64_000
+
+
 def load_config(path: Path) -> TrainConfig:
     """Read and validate a run config YAML (ConfigError names the bad field)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        # A run config is a flat mapping of a few KB: anything far larger or deeply nested is damaged (and parsing
+        # thousands of nested brackets costs seconds on every listing of the runs).
+        if len(text) > MAX_CONFIG_CHARS or max((len(m) for m in re.findall(r"[\[{]+", text)), default=0) > 16:
+            raise ConfigError("config", path.name, f"a flat YAML mapping of TrainConfig fields (at most {MAX_CONFIG_CHARS:,} characters)")
+        data = yaml.safe_load(text)
     except FileNotFoundError:
         raise ConfigError("config", str(path), "an existing YAML file") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError("config", str(path), f"valid YAML ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("config", path.name, f"UTF-8 text (byte {exc.start} cannot be decoded)") from None
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        raise ConfigError("config", path.name, f"valid YAML ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
     if not isinstance(data, dict):
         raise ConfigError("config", str(path), "a YAML mapping of TrainConfig fields")
     return from_dict(TrainConfig, data)
@@ -236,7 +246,7 @@ def discard_incomplete_checkpoints(run_dir: Path) -> list[str]:
 class RunSummary:
     name: str
     path: Path
-    state: str  # running | finished | stopped | failed | killed | created
+    state: str  # running | finished | stopped | failed | killed | created | damaged (config.yaml unreadable)
     method: str = ""
     base_model: str = ""
     dataset: str = ""
@@ -268,8 +278,10 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
     try:
         cfg = load_config(run_dir / "config.yaml")
         summary.method, summary.base_model, summary.dataset = cfg.method, cfg.base_model, cfg.dataset
-    except ConfigError:
-        pass
+    except ConfigError as exc:
+        damaged = str(exc)  # a config.yaml that cannot be read: shown as "damaged", and nothing else breaks
+    else:
+        damaged = None
     terminal = None
     for ev in events:
         t = ev.get("type")
@@ -319,6 +331,9 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
         summary.state = "running" if alive else "killed"
     if alive:
         summary.state = "running"
+    elif damaged is not None and (run_dir / "config.yaml").exists():
+        summary.state, summary.error, summary.output = "damaged", damaged, None
+        return summary
     summary.resumable = summary.state in ("stopped", "failed", "killed") and last_complete_checkpoint(run_dir) is not None
     if summary.state in ("stopped", "failed", "killed") and not summary.resumable and (run_dir / "config.yaml").exists():
         # No checkpoint yet: "resume" restarts from step 0 with the same config.

@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -58,17 +59,73 @@ def wait_for_no_live_run(runs: Path, timeout: float = 120.0) -> None:
 
 
 @contextlib.contextmanager
-def running_app(runs: Path, **build_kwargs):
-    """The whole app, launched in-process on a free local port (as `python app.py` serves it); closed on exit."""
+def running_app(runs: Path, *, launch: dict | None = None, **build_kwargs):
+    """The whole app, launched in-process on a free local port (as `python app.py` serves it); closed on exit.
+    launch: more arguments for demo.launch (auth, max_file_size...)."""
     import app
 
     demo = app.build_app(runs, **build_kwargs)
     demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True,
+                **{"mcp_server": bool(build_kwargs.get("mcp")), **(launch or {})})
     try:
         yield demo
     finally:
         demo.close()
+
+
+# --- hostile inputs (tests/app/test_hostile_*.py, engine-level tests of shared mode) ---
+
+
+def evil_hub_model(hub_cache: Path, marker: Path, repo: str = "evil/remote-code") -> str:
+    """A Hub-style model in a Hugging Face cache folder whose config (and tokenizer config) point with auto_map to a
+    .py file that would write `marker` when imported: it must never run. Returns the repo id."""
+    snap = hub_cache / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
+    snap.mkdir(parents=True, exist_ok=True)
+    (hub_cache / f"models--{repo.replace('/', '--')}" / "refs").mkdir(exist_ok=True)
+    (hub_cache / f"models--{repo.replace('/', '--')}" / "refs" / "main").write_text("0" * 40)
+    code = f"from pathlib import Path\nPath({str(marker)!r}).write_text('remote code ran')\nfrom transformers import PretrainedConfig\n" \
+           "class EvilConfig(PretrainedConfig):\n    model_type = 'evilgpt'\n"
+    (snap / "evil.py").write_text(code)
+    (snap / "config.json").write_text(json.dumps({"model_type": "evilgpt", "architectures": ["EvilModel"], "auto_map": {
+        "AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}, "hidden_size": 64, "num_hidden_layers": 2}))
+    (snap / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["evil.EvilTokenizer", None]}}))
+    return repo
+
+
+def parquet_bomb(path: Path, rows: int = 3_000_000) -> Path:
+    """A few KB of dictionary-encoded parquet holding `rows` copies of one instruction row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    idx = pa.array(np.zeros(rows, dtype=np.int8))
+    col = pa.DictionaryArray.from_arrays(idx, pa.array(["x" * 200]))
+    pq.write_table(pa.table({"instruction": col, "output": col}), path, row_group_size=rows)
+    return path
+
+
+def stubborn_run(runs: Path, name: str, owner: str | None) -> Any:
+    """A run folder whose recorded process ignores its STOP file and SIGTERM (a run hung in a download or a save).
+    owner: the key that started it (hashed as engine/training/jobs.py stores it). The caller reaps the process."""
+    import hashlib
+    import subprocess
+    import sys
+
+    from engine.config import TrainConfig
+    from engine.runs import EventLog, save_config
+    from engine.training.jobs import proc_start_time
+
+    run_dir = runs / name
+    run_dir.mkdir(parents=True)
+    save_config(run_dir, TrainConfig(run_name=name, base_model="builtin:compact-mini", dataset="builtin:dates"))
+    if owner:
+        (run_dir / "owner").write_text(hashlib.sha256(owner.encode()).hexdigest() + "\n")
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"],
+                            start_new_session=True)
+    (run_dir / "pid").write_text(f"{proc.pid} {proc_start_time(proc.pid) or ''}\n")
+    EventLog(run_dir / "events.jsonl").write("start", run=name, method="lora", device_kind="cpu")
+    return proc
 
 
 # --- shared by several test folders (formerly in tests/models/test_loading.py) ---
@@ -178,6 +235,29 @@ def make_adapter_run(runs: Path, name: str = "lora-1", method: str = "lora", see
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(run_dir / "adapter")
     (run_dir / "config.yaml").write_text(yaml.safe_dump({"method": method, "base_model": "builtin:compact-mini"}))
     return peft_model.eval()
+
+
+def finish_run(run_dir: Path, cfg, *, done: bool = True) -> None:
+    """Write the config.yaml and events.jsonl a real run leaves behind (a TrainConfig `cfg`; evals, task scores, done)."""
+    from engine.runs import EventLog, save_config
+
+    save_config(run_dir, cfg)
+    ev = EventLog(run_dir / "events.jsonl")
+    import time
+
+    t0 = time.time() - 100
+    ev.write("start", time=t0, run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset, resumed_from=None,
+             device="Tesla T4", device_kind="cuda", dtype="float16")
+    ev.write("memory", predicted_gib=3.21, predicted_total_gib=3.9, device="Tesla T4")
+    ev.write("task_score", when="before", accuracy=0.1, n=20, examples=[])
+    for step, loss in ((1, 2.5), (2, 1.75)):
+        ev.write("progress", step=step, max_steps=2, loss=loss, mem_gib=2.9 + step / 10)
+    ev.write("eval", step=1, eval_loss=1.5, perplexity=4.4817)
+    ev.write("eval", step=2, eval_loss=1.25, perplexity=3.4903)
+    if done:
+        ev.write("task_score", when="after", accuracy=0.85, n=20, examples=[])
+        ev.write("done", time=t0 + 95, output="adapter" if cfg.method in ("lora", "qlora") else "model", path=str(run_dir / "adapter"), steps=2,
+                 final_loss=2.125, eval_loss=1.25, peak_gib=3.05, predicted_gib=3.21, duration_s=95.0)
 
 
 # --- shared by several test folders (formerly in tests/models/test_bnb_safety.py) ---
@@ -315,3 +395,70 @@ def fake_hub(monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     return tables, calls
+
+
+# --------------------------------------------------------------------------------------------------
+# Tiny Hub-architecture models (Llama, Qwen2, Mistral) for the export tests: GGUF, ONNX
+# --------------------------------------------------------------------------------------------------
+
+# A Mistral-style chat template ([INST] ... [/INST] answer</s>, no system role), as Mistral 7B Instruct ships it.
+INST_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ '[INST] ' + m['content'] + ' [/INST]' }}"
+                 "{% elif m['role'] == 'assistant' %}{{ m['content'] + eos_token }}{% endif %}{% endfor %}")
+
+
+def spm_tokenizer(texts: list[str], vocab_size: int = 400):
+    """A SentencePiece-style BPE tokenizer as Llama 2 / Mistral ship it in tokenizer.json: '▁' for spaces, byte fallback
+    (<0x00>..<0xFF> in the vocabulary), <unk> <s> </s>, bos added to every encoding, the [INST] chat template."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    probe = Tokenizer(models.BPE())
+    probe.normalizer = normalizer
+    probe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size - 259, show_progress=False))
+    learned = json.loads(probe.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{i:02X}>": 3 + i for i in range(256)}}
+    for token in sorted(learned["vocab"], key=learned["vocab"].get):
+        vocab.setdefault(token, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"]]
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    backend.normalizer = normalizer
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                        clean_up_tokenization_spaces=False, padding_side="right")
+    tokenizer.pad_token = tokenizer.unk_token
+    tokenizer.chat_template = INST_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_hf_model(dest: Path, kind: str, *, steps: int = 40, seed: int = 0) -> Path:
+    """A tiny trained Llama, Qwen2 or Mistral (2 layers, hidden 64, grouped-query attention 4:2) with a tokenizer, saved
+    into `dest`. Llama and Qwen2 use the byte-level tokenizer of the compact models (engine/models/tokenizer.py),
+    Mistral the SentencePiece-style one above; trained on the chat exchanges so that greedy outputs are not ties."""
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from engine.models.tokenizer import train_tokenizer
+
+    corpus = [f"{q} ? {a} ." for q, a in EXCHANGES] * 4
+    tokenizer = spm_tokenizer(corpus) if kind == "mistral" else train_tokenizer(corpus, vocab_size=320, model_max_length=64)
+    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM), "mistral": (MistralConfig, MistralForCausalLM)}
+    config_cls, model_cls = classes[kind]
+    config = config_cls(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=tokenizer.bos_token_id,
+                        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=kind == "qwen2")
+    torch.manual_seed(seed)
+    model = model_cls(config)
+    batch = tokenizer(chat_texts(tokenizer), return_tensors="pt", padding=True)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        model(**batch, labels=labels).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+    dest.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    return dest

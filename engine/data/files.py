@@ -41,6 +41,17 @@ EXTENSIONS: dict[str, str] = {
 }
 MAX_FILE_BYTES = 200 * 1024 * 1024
 MAX_LINE_BYTES = 10 * 1024 * 1024
+# Rows and columns a file may have, checked before its rows are built (parquet: from its metadata; text formats: the
+# parser stops at the cap). The same row cap as Hub datasets (engine/data/hub.py MAX_HUB_ROWS).
+MAX_FILE_ROWS = 200_000
+MAX_COLUMNS = 1_000
+# Parquet stores repeated values once (dictionary encoding): a 17 KB file can hold gigabytes of rows.
+MAX_PARQUET_BYTES = 1024 * 1024 * 1024
+
+
+def _too_many_rows(name: str, n: int | str) -> DataError:
+    return DataError(f"{name} has {n} rows; at most {MAX_FILE_ROWS:,} are read. Upload a sample of it (a few thousand rows are plenty "
+                     "for a LoRA fine-tune).")
 
 
 class BadRow(Exception):
@@ -162,6 +173,8 @@ def parse_jsonl(text: str, name: str, *, allow_array: bool = True) -> tuple[list
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
+        if len(rows) >= MAX_FILE_ROWS:  # stop at the cap: nothing past it is parsed
+            raise _too_many_rows(name, f"more than {MAX_FILE_ROWS:,}")
         try:
             rows.append((number, json.loads(line)))
         except json.JSONDecodeError as err:
@@ -169,6 +182,9 @@ def parse_jsonl(text: str, name: str, *, allow_array: bool = True) -> tuple[list
                 f"{name}: line {number} is not valid JSON ({err.msg} at column {err.colno}). "
                 'Each line of a .jsonl file must be one JSON object, e.g. {"instruction": "...", "output": "..."}.'
             ) from None
+        except RecursionError:
+            raise DataError(f"{name}: line {number} is nested too deeply (JSON objects or lists inside each other thousands of "
+                            "levels deep); a sample is a flat object such as {\"instruction\": \"...\", \"output\": \"...\"}.") from None
     return rows, "line"
 
 
@@ -179,6 +195,8 @@ def _parse_json(text: str, name: str) -> tuple[list[tuple[int, Any]], str]:
         if err.msg == "Extra data":  # several values one after another: JSON Lines with a .json name
             return parse_jsonl(text, name, allow_array=False)
         raise DataError(f"{name}: invalid JSON on line {err.lineno}, column {err.colno} ({err.msg}).") from None
+    except RecursionError:
+        raise DataError(f"{name}: line 1: the JSON is nested too deeply (thousands of levels) to be a dataset.") from None
     if isinstance(data, dict):
         lists = {k: v for k, v in data.items() if isinstance(v, list)}
         if isinstance(data.get("data"), list):
@@ -192,6 +210,8 @@ def _parse_json(text: str, name: str) -> tuple[list[tuple[int, Any]], str]:
             )
     if not isinstance(data, list):
         raise DataError(f'{name}: expected a list of objects or {{"data": [...]}}, found {type(data).__name__}.')
+    if len(data) > MAX_FILE_ROWS:
+        raise _too_many_rows(name, f"{len(data):,}")
     return list(enumerate(data, start=1)), "item"
 
 
@@ -207,9 +227,13 @@ def parse_csv(text: str, name: str, delimiter: str | None = None) -> list[tuple[
     if not reader.fieldnames or not any((f or "").strip() for f in reader.fieldnames):
         raise DataError(f"{name}: the first line must be a header naming the columns (e.g. instruction,output).")
     width = len(reader.fieldnames)
+    if width > MAX_COLUMNS:
+        raise DataError(f"{name}: the header has {width:,} columns; at most {MAX_COLUMNS:,} are read.")
     rows: list[tuple[int, Any]] = []
     try:
         for number, row in enumerate(reader, start=1):
+            if len(rows) >= MAX_FILE_ROWS:  # stop at the cap: nothing past it is parsed
+                raise _too_many_rows(name, f"more than {MAX_FILE_ROWS:,}")
             if None in row:  # more cells than header columns: a stray delimiter or an unquoted field
                 rows.append((number, BadRow(f"{width + len(row[None])} cells for {width} columns")))
             elif any(v not in (None, "") for v in row.values()):
@@ -255,7 +279,27 @@ def _read_parquet(path: Path) -> list[tuple[int, Any]]:
     except ImportError:  # pragma: no cover - pyarrow comes with datasets
         raise DataError("Reading .parquet files needs the 'pyarrow' package. Upload .jsonl or .csv instead.") from None
     try:
-        table = pq.read_table(path)
+        pfile = pq.ParquetFile(path)
+        meta = pfile.metadata
     except Exception as err:  # pyarrow raises several unrelated types for a corrupt file
-        raise DataError(f"{path.name} is not a readable Parquet file ({type(err).__name__}: {err}).") from None
-    return list(enumerate(table.to_pylist(), start=1))
+        raise DataError(f"{path.name} is not a readable Parquet file ({type(err).__name__}).") from None
+    # Sized from the file's metadata before any row is read: rows, columns and the uncompressed bytes.
+    if meta.num_columns > MAX_COLUMNS:
+        raise DataError(f"{path.name} has {meta.num_columns:,} columns; at most {MAX_COLUMNS:,} are read.")
+    if meta.num_rows > MAX_FILE_ROWS:
+        raise _too_many_rows(path.name, f"{meta.num_rows:,}")
+    unpacked = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if unpacked > MAX_PARQUET_BYTES:
+        raise DataError(f"{path.name} holds {unpacked / 2**30:.1f} GiB once uncompressed; the limit is {MAX_PARQUET_BYTES // 2**30} GiB. "
+                        "Upload a sample of it.")
+    rows: list[tuple[int, Any]] = []
+    try:
+        for batch in pfile.iter_batches(batch_size=4096):
+            rows.extend(enumerate(batch.to_pylist(), start=len(rows) + 1))
+            if len(rows) > MAX_FILE_ROWS:  # metadata can lie: stop at the cap all the same
+                raise _too_many_rows(path.name, f"more than {MAX_FILE_ROWS:,}")
+    except DataError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a corrupt page: a message, never a traceback
+        raise DataError(f"{path.name}: row {len(rows) + 1} cannot be read ({type(err).__name__}).") from None
+    return rows

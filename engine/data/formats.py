@@ -226,7 +226,7 @@ def _norm_chat(row: dict[str, Any]) -> dict[str, Any]:
     if isinstance(value, str):  # a CSV cell holding JSON
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise BadRow(f"'{key}' is text, not a list of messages") from None
     if not isinstance(value, list) or not value:
         raise BadRow(f"'{key}' must be a non-empty list of messages")

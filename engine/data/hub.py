@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from ..errors import DataError
+from ..sharing import token_kwargs
 
 # A whole split is converted to Python rows; beyond this a slice is the sensible thing to ask for.
 MAX_HUB_ROWS = 200_000
@@ -30,8 +31,11 @@ def load_hub_rows(name: str, config: str = "", split: str = "train") -> list[tup
     except ImportError:  # pragma: no cover - datasets is a core requirement
         raise DataError("Loading Hub datasets needs the 'datasets' package. Upload the data as a file instead.") from None
     where = f"hub:{name}" + (f" (config {config!r})" if config else "") + f" split {split!r}"
+    # An unsliced split is asked for with a row cap one past the limit (train -> train[:200001]): datasets then builds
+    # and converts only those rows, and more than the limit still gets the message below.
+    wanted = split if "[" in split else "+".join(f"{part}[:{MAX_HUB_ROWS + 1}]" for part in split.split("+"))
     try:
-        ds = datasets.load_dataset(name, config or None, split=split)
+        ds = datasets.load_dataset(name, config or None, split=wanted, **token_kwargs())  # shared: never the server's token
     except Exception as err:  # every failure becomes a message; the kinds below get specific advice
         raise DataError(_hub_error(name, where, err)) from None
     if isinstance(ds, dict):  # a DatasetDict (not expected with a split given)

@@ -142,7 +142,9 @@ def answer_query_line(text: str, number: int = 1, tier: str | None = None) -> di
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        return {"line": number, "error": f"not valid JSON: {exc.msg} (column {exc.colno})", "field": None}
+        return {"line": number, "error": f"line {number}: not valid JSON: {exc.msg} (column {exc.colno})", "field": None}
+    except RecursionError:
+        return {"line": number, "error": f"line {number}: the JSON is nested too deeply to read", "field": None}
     if not isinstance(data, dict):
         return {"line": number, "error": "a query must be a JSON object", "field": None}
     meta = {k: data.pop(k) for k in _META_KEYS if k in data}
@@ -159,6 +161,8 @@ def answer_query_line(text: str, number: int = 1, tier: str | None = None) -> di
         return {"line": number, **meta, "error": str(exc), "field": exc.field}
     except EngineError as exc:
         return {"line": number, **meta, "error": str(exc), "field": "model" if "model" in str(exc).lower() or "config" in str(exc).lower() else None}
+    except (RecursionError, TypeError, ValueError, OverflowError) as exc:  # a value of the wrong shape: one line's error, not the run's end
+        return {"line": number, **meta, "error": f"line {number}: cannot be used ({type(exc).__name__})", "field": None}
     result = {**meta, **result}
     if unknown:
         result["warnings"] = [f"unknown key {k!r} ignored (known keys: {', '.join(sorted(known))})" for k in unknown]

@@ -12,6 +12,7 @@ from typing import Any
 from ..config import MemoryQuery, TrainConfig
 from ..errors import ConfigError
 from ..refs import BUILTIN_PREFIX, HUB_MODEL_ID_RE, MERGED_SUFFIX, RUN_PREFIX, is_plain_name
+from ..sharing import check_local_model
 
 
 def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
@@ -102,8 +103,9 @@ def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -
     """Model references accepted from a browser: built-in, run:NAME(/merged), or a Hub id — never a server path,
     unless the app was started with --allow-local-models (a trusted, local `python app.py`), where an
     existing model folder is accepted too."""
-    ref = (ref or "").strip()
+    ref = str(ref or "").strip()
     if allow_local and ref.startswith(("/", "~", ".")):
+        check_local_model(ref)  # never on a shared app, whatever the caller allowed (engine/sharing.py)
         folder = Path(ref).expanduser()
         if not (folder / "config.json").is_file():
             raise ConfigError("model", ref, "a model folder (one with a config.json in it)")

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import ConfigError, ModelLoadError
 from ..refs import LOOSE_HUB_ID_RE
+from ..sharing import token_kwargs
 from .arch_cache import cached_arch, write_cache
 from .architecture import Arch, analyze
 from .catalog import CatalogEntry, catalog_lookup
@@ -78,8 +79,8 @@ def _from_file(path: Path, ref: str) -> Arch:
         raise ModelLoadError(f"No config.json at {str(path)!r}.")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"{path.name} is not valid JSON ({exc}). Upload the model's config.json as it is on the Hub.") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ModelLoadError(f"{path.name} is not valid JSON ({type(exc).__name__}). Upload the model's config.json as it is on the Hub.") from None
     if not isinstance(data, dict):
         raise ModelLoadError(f"{path.name} must hold a JSON object with the model's configuration.")
     cfg = config_from_dict(data, where=path.name)
@@ -102,13 +103,13 @@ def _from_hub(repo: str) -> Arch:
         "Pick a catalog model or built-in preset, upload the model's config.json, or enter the architecture manually."
     )
     try:  # a config fetched before is in huggingface_hub's cache: no network needed
-        return _hub_arch(repo, hf_hub_download(repo, "config.json", local_files_only=True))
+        return _hub_arch(repo, hf_hub_download(repo, "config.json", local_files_only=True, **token_kwargs()))
     except (LocalEntryNotFoundError, OSError):
         pass
     if constants.HF_HUB_OFFLINE or not _hub_reachable(constants.ENDPOINT):
         raise ModelLoadError(offline)  # fail fast instead of huggingface_hub's retries with backoff
     try:
-        path = hf_hub_download(repo, "config.json", etag_timeout=5)
+        path = hf_hub_download(repo, "config.json", etag_timeout=5, **token_kwargs())
     except GatedRepoError as exc:
         raise ModelLoadError(
             f"{repo!r} is gated on the Hub: accept its licence and log in (HF_TOKEN), or upload its config.json, "
@@ -152,6 +153,9 @@ def config_from_dict(data: dict[str, Any], *, where: str) -> Any:
     if not isinstance(model_type, str) or not model_type:
         raise ModelLoadError(f"{where} has no 'model_type'; is it a transformers config.json?")
     kwargs = {k: v for k, v in data.items() if k != "model_type"}
+    sizes = {name: kwargs.get(key) for name, key in (("layers", "num_hidden_layers"), ("hidden", "hidden_size"), ("heads", "num_attention_heads"),
+                                                     ("intermediate", "intermediate_size"), ("vocab", "vocab_size"))}
+    check_arch_bounds({k: v for k, v in sizes.items() if isinstance(v, int) and not isinstance(v, bool)}, where=where)
     try:
         return AutoConfig.for_model(model_type, **kwargs)
     except ValueError as exc:
@@ -175,14 +179,28 @@ def _first_line(exc: BaseException) -> str:
 # --------------------------------------------------------------------------------------------------
 
 _MANUAL_KEYS = {"L": "layers", "h": "hidden", "a": "heads", "kv": "kv_heads", "i": "intermediate", "v": "vocab", "tied": "tied"}
+# The largest architecture the estimator builds (on the meta device, one module per layer): well above every published
+# model (Llama 3.1 405B: 126 layers, hidden 16384, intermediate 53248, vocabulary 128256), and small enough that a
+# made-up one cannot keep the server busy for minutes.
+ARCH_BOUNDS = {"layers": 1024, "hidden": 65_536, "heads": 1024, "kv_heads": 1024, "intermediate": 262_144, "vocab": 1_048_576}
+
+
+def check_arch_bounds(values: dict[str, int], *, where: str = "") -> None:
+    """ConfigError naming the field when a size of an architecture is out of bounds (ARCH_BOUNDS)."""
+    for name, value in values.items():
+        bound = ARCH_BOUNDS.get(name)
+        if bound is not None and value > bound:
+            raise ConfigError(name, value, f"at most {bound:,}" + (f" ({where})" if where else "") + "; no published model is that large")
 
 
 def arch_from_manual(layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int, vocab: int, tied: bool) -> Arch:
     """A Llama-style architecture (RMSNorm, SwiGLU, RoPE, GQA) from its numbers; usable as `MemoryQuery(model=arch.ref)`."""
     values = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "intermediate": intermediate, "vocab": vocab}
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")) \
+                or int(value) != value or value < 1:
             raise ConfigError(name, value, "a whole number >= 1")
+    check_arch_bounds({k: int(v) for k, v in values.items()})
     if hidden % heads:
         raise ConfigError("heads", heads, f"a divisor of hidden ({hidden})")
     if heads % kv_heads:
@@ -213,6 +231,7 @@ def _manual_config(ref: str) -> Any:
     for key, value in parts.items():
         if key != "tied" and value < 1:
             raise ConfigError(_MANUAL_KEYS[key], value, "a whole number >= 1")
+    check_arch_bounds({_MANUAL_KEYS[k]: v for k, v in {**parts, "kv": kv}.items() if k != "tied"})
     if parts["h"] % parts["a"]:
         raise ConfigError("heads", parts["a"], f"a divisor of hidden ({parts['h']})")
     if parts["a"] % kv:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from huggingface_hub import ModelCardData
 
 from ..refs import HUB_OWNER_NAME_RE, NAMED_MODEL_REF_RE
 
@@ -117,8 +118,35 @@ def _merged_dtype(folder: Path) -> str:
         return ""
 
 
-def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = None) -> str:
-    """README.md for the pushed folder: YAML front matter + what it is, how it was trained, results, usage.
+def eval_results(summary: Any, events: list[dict[str, Any]], dataset: str, cfg: dict[str, Any]) -> list[Any]:
+    """The run's measured results as huggingface_hub EvalResults (the Hub shows them on the model page): final eval
+    loss and perplexity on the held-out data, and the date task's accuracy after training when it was scored."""
+    from huggingface_hub import EvalResult
+
+    done = next((e for e in reversed(events) if e.get("type") == "done"), {})
+    evals = [e for e in events if e.get("type") == "eval"]
+    data_id = dataset[4:] if dataset.startswith("hub:") else (dataset.replace("builtin:", "compact-llm-lab/") if dataset.startswith("builtin:")
+                                                               else "uploaded-file")
+    common = {"task_type": "text-generation", "task_name": "Causal language modeling", "dataset_type": data_id,
+              "dataset_name": data_id,
+              "dataset_split": "eval" if not cfg.get("eval_dataset") else str(cfg.get("eval_split") or "eval")}
+    out = []
+    loss = done.get("eval_loss", evals[-1].get("eval_loss") if evals else None)
+    if loss is not None:
+        out.append(EvalResult(metric_type="loss", metric_name="eval loss", metric_value=round(float(loss), 4), **common))
+    if evals and evals[-1].get("perplexity") is not None:
+        out.append(EvalResult(metric_type="perplexity", metric_name="eval perplexity", metric_value=round(float(evals[-1]["perplexity"]), 3), **common))
+    after = (summary.task_scores or {}).get("after")
+    if after is not None:
+        out.append(EvalResult(task_type="text-generation", task_name="Date to ISO conversion", dataset_type="compact-llm-lab/dates",
+                              dataset_name="Compact LLM Lab date task", metric_type="accuracy", metric_name="exact-match accuracy",
+                              metric_value=round(float(after), 4)))
+    return out
+
+
+def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = None, gguf_file: str | None = None) -> str:
+    """README.md for the pushed folder: YAML front matter (huggingface_hub's ModelCardData, with eval_results) + what it
+    is, how it was trained, results, usage (transformers/peft, and llama.cpp/Ollama when `gguf_file` is pushed too).
 
     Written only from config.yaml and events.jsonl; holds no local path and no token.
     """
@@ -136,25 +164,28 @@ def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = 
     pushed = run_dir / ("merged" if what == "merged" else "model") if not is_adapter else None
     compact = _is_compact(pushed, base_ref, method)
 
-    meta: dict[str, Any] = {"library_name": "peft" if is_adapter else "transformers"}
-    if is_hub_model_id(base_ref) and method != "scratch":
-        meta["base_model"] = base_ref
+    name = repo_id.split("/")[-1]
     dataset = str(cfg.get("dataset") or "")
-    if dataset.startswith("hub:"):
-        meta["datasets"] = [dataset[4:]]
-    if license:
-        meta["license"] = license
-    meta["pipeline_tag"] = "text-generation"
     tags = ["compact-llm-lab", method or "fine-tuned"]
     if lora_like:
         tags += ["lora"] + (["peft"] if is_adapter else ["merged-lora"])
-    meta["tags"] = list(dict.fromkeys(t for t in tags if t))
+    if gguf_file:
+        tags += ["gguf", "ollama"]
+    card_data = ModelCardData(
+        library_name="peft" if is_adapter else "transformers",
+        base_model=base_ref if is_hub_model_id(base_ref) and method != "scratch" else None,
+        datasets=[dataset[4:]] if dataset.startswith("hub:") else None,
+        license=license or None,
+        pipeline_tag="text-generation",
+        tags=list(dict.fromkeys(t for t in tags if t)),
+        model_name=name,
+        eval_results=eval_results(summary, events, dataset, cfg) or None,
+    )
 
-    name = repo_id.split("/")[-1]
     lora_name = "QLoRA" if method == "qlora" else "LoRA"
     data_desc = _describe_data(dataset, cfg.get("hub_config", ""), cfg.get("hub_split", ""))
     base_desc = _describe_base(base_ref)
-    lines = ["---", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).strip(), "---", "", f"# {name}", ""]
+    lines = ["---", card_data.to_yaml().strip(), "---", "", f"# {name}", ""]
     if method == "scratch":
         lines.append(f"A model trained from random weights on {data_desc}, with its own tokenizer and the architecture of "
                      f"{base_desc.replace('the built-in compact model', 'the built-in preset')}.")
@@ -253,8 +284,29 @@ def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = 
     if compact:
         lines += ["", "The CompactLLM architecture is not part of transformers: `import engine.models.compact` needs the `engine` package "
                   "of Compact LLM Lab on the Python path."]
+    lines += _other_formats(repo, run_dir.name, gguf_file, is_adapter)
     if method == "qlora" and is_adapter:
         lines += ["", "It was trained on a 4-bit (bitsandbytes) base; it loads on a 16-bit base too (best quality), or on a "
                   "4-bit one (`quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\")`) to "
                   "save memory."]
     return "\n".join(lines) + "\n"
+
+
+def _other_formats(repo: str, run: str, gguf_file: str | None, is_adapter: bool) -> list[str]:
+    """Usage snippets for the other formats: GGUF (llama.cpp, Ollama) when pushed, and how to make GGUF / ONNX locally."""
+    lines = ["", "## Other formats", ""]
+    if gguf_file:
+        quant = gguf_file.rsplit("-", 1)[-1].removesuffix(".gguf").upper()
+        lines += [f"`{gguf_file}` is this model in GGUF (tokenizer and chat template inside) for llama.cpp, Ollama and LM Studio; the "
+                  "`Modelfile` beside it holds the chat template as Ollama's Go template, the stop tokens and the decoding settings.",
+                  "", "```bash", f"ollama run hf.co/{repo}:{quant}", f"llama-cli -hf {repo} --hf-file {gguf_file} -cnv", "```", ""]
+    elif not is_adapter:
+        lines += ["GGUF for llama.cpp / Ollama (with an Ollama Modelfile), from the run folder in Compact LLM Lab:", "",
+                  "```bash", f"python -m engine export-gguf --run {run} --type q8_0 --zip", "```", ""]
+    lines += ["ONNX (CPU inference with ONNX Runtime, no PyTorch), from Compact LLM Lab's Playground → Export (ONNX) tab; the zip holds "
+              "`model.onnx` with its weights file `model.onnx.data` and the tokenizer:", "", "```python",
+              "import numpy as np, onnxruntime as ort", "from transformers import AutoTokenizer", "",
+              'session = ort.InferenceSession("model.onnx")  # model.onnx.data must sit beside it',
+              'tokenizer = AutoTokenizer.from_pretrained(".")', 'ids = tokenizer("Hello", return_tensors="np")["input_ids"]',
+              'logits = session.run(["logits"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0]', "```"]
+    return lines

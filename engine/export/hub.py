@@ -252,6 +252,7 @@ def push_run(
     license: str | None = None,
     use_env_token: bool = True,
     runs_dir: Path | None = None,
+    gguf: str | None = None,
 ) -> str:
     """Push a finished run to the Hub repo `owner/name` (created when missing); returns the repo's URL.
 
@@ -261,8 +262,9 @@ def push_run(
     token: else $HF_TOKEN when use_env_token. The repo ends up holding exactly the pushed folder plus its
     model card: files of an earlier push that are not in it are deleted in the same commit (the Hub keeps
     them in the history), so an adapter pushed over a merged model (or the reverse) cannot leave a repo
-    that loads as the wrong thing. Raises ConfigError/HubError, before any network call for every
-    mistake that can be seen locally.
+    that loads as the wrong thing. gguf: also upload a GGUF of the pushed model (f16, q8_0 or q4_0) and its Ollama
+    Modelfile (engine/export/gguf.py), for what = merged or model. Raises ConfigError/HubError, before any network call
+    for every mistake that can be seen locally.
     """
     run_dir = Path(run_dir)
     repo = check_repo_id(repo_id)
@@ -276,6 +278,12 @@ def push_run(
             raise
         push_source(run_dir, "adapter")  # the run itself must be a finished adapter run
         needs_merge, source = True, run_dir / "merged"
+    if gguf:
+        from ..config import GgufSettings
+
+        gguf_settings = GgufSettings(type=gguf)  # ConfigError naming the field for a wrong type
+        if what == "adapter":
+            raise ConfigError("gguf", gguf, "no GGUF with an adapter (a GGUF holds a whole model): push what = merged or model with it")
     token = resolve_token(token, use_env=use_env_token)
     if hub_offline():
         raise HubError("Offline mode is on (HF_HUB_OFFLINE=1): the Hub cannot be reached, nothing was pushed. "
@@ -284,11 +292,22 @@ def push_run(
         from .merge import merge_adapter
 
         source = merge_adapter(run_dir, runs_dir=runs_dir)
-    card = model_card(run_dir, what, repo, license=(license or "").strip() or None)
+    exported = None
+    if gguf:
+        from .gguf_run import export_ref_gguf
+
+        exported = export_ref_gguf(run_dir.name, Path(runs_dir) if runs_dir else run_dir.parent, gguf_settings)
+    card = model_card(run_dir, what, repo, license=(license or "").strip() or None, gguf_file=exported.gguf_path.name if exported else None)
 
     staging = Path(tempfile.mkdtemp(prefix="compact-push-"))
     try:
         _stage(run_dir, source, card, staging)
+        if exported is not None:  # the .gguf (symlinked, like the weights) and its Modelfile beside the model
+            for path in (exported.gguf_path, exported.modelfile):
+                try:
+                    os.symlink(path.resolve(), staging / path.name)
+                except OSError:
+                    shutil.copy2(path, staging / path.name)
         api = _hf_api(token)
         try:
             url = api.create_repo(repo, private=private, exist_ok=True, repo_type="model")

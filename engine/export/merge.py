@@ -1,4 +1,4 @@
-"""Export a finished run: merge its LoRA adapter into the base model, and zip the run for download.
+"""Export a finished run: merge its LoRA adapter into the base model, and zip the run (or an export folder) for download.
 
 Merging a QLoRA adapter the right way (design.md §4, "cannot merge a QLoRA adapter"): the adapter was
 trained on 4-bit weights, but merging into 4-bit weights would re-quantize the sum and lose most of the
@@ -30,7 +30,7 @@ from ..hardware.device import DeviceInfo, detect_device, dtype_name, resolve_dty
 ExportDtype = Literal["auto", "fp16", "bf16", "fp32"]
 _EXPORT_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # Already-compressed formats: deflating them costs time and saves nothing.
-_STORED_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".zip", ".gz", ".npy"}
+_STORED_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".zip", ".gz", ".npy", ".data"}
 
 
 def _export_dtype(dtype: str, device: DeviceInfo) -> torch.dtype:
@@ -188,6 +188,27 @@ def zip_run(run_dir: Path, *, include_checkpoints: bool = False, out_path: Path 
                     continue
                 method = zipfile.ZIP_STORED if path.suffix in _STORED_SUFFIXES else zipfile.ZIP_DEFLATED
                 zf.write(path, f"{run_dir.name}/{rel.as_posix()}", compress_type=method)
+        os.replace(tmp, out_path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return out_path
+
+
+def zip_export(folder: Path, out_path: Path | None = None) -> Path:
+    """One zip of an export folder (GGUF, ONNX), files under `<folder name>/`; weights stored, not deflated (they do not
+    compress); beside the folder by default. Written to a temp name, then renamed."""
+    folder = Path(folder)
+    out_path = Path(out_path) if out_path else folder.parent / f"{folder.name}.zip"
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+            for path in sorted(folder.rglob("*")):
+                if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts):
+                    method = zipfile.ZIP_STORED if path.suffix in _STORED_SUFFIXES else zipfile.ZIP_DEFLATED
+                    zf.write(path, f"{folder.name}/{path.relative_to(folder).as_posix()}", compress_type=method)
         os.replace(tmp, out_path)
     except BaseException:
         tmp.unlink(missing_ok=True)

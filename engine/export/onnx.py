@@ -41,6 +41,17 @@ INPUT_NAMES = ("input_ids", "attention_mask")
 _INSTALL = "pip install -r requirements-onnx.txt"
 
 
+def missing_packages() -> list[str]:
+    """The optional ONNX packages that are not installed (empty: export and ONNX Runtime work). Checked without importing
+    them, so that the page can show the ONNX tab as disabled with the install command before anyone clicks."""
+    import importlib.util
+
+    return [m for m in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(m) is None]
+
+
+INSTALL_COMMAND = _INSTALL
+
+
 def _require(module: str) -> Any:
     """Import an optional ONNX dependency, or raise an EngineError that says how to install it."""
     try:

@@ -2,7 +2,8 @@
 
 References (``builtin:NAME``, ``run:NAME``, ``run:NAME/merged``, a local folder, a Hub id) are resolved by
 engine/models/references.py; Hub ids go to ``from_pretrained``, and ``HF_TOKEN`` is picked up from the environment
-by huggingface_hub, never logged here.
+by huggingface_hub, never logged here - except on a shared app, where visitors' loads never use the server's token
+and never run remote code (engine/sharing.py).
 
 Quantization (`QuantSettings`): none, bitsandbytes 8-bit or 4-bit (nf4/fp4, double quant, compute dtype), or
 torch int8 dynamic quantization for CPU inference (engine/models/cpu_quant.py). The dtype policy lives in
@@ -32,6 +33,7 @@ from ..errors import ConfigError, ModelLoadError
 from ..hardware.device import DeviceInfo, detect_device, dtype_name, resolve_dtype
 from ..hardware.placement import summarize_device_map
 from ..refs import default_runs_dir
+from ..sharing import check_remote_code, is_shared, token_kwargs
 from .references import model_type_of, resolve_adapter, resolve_model, resolve_offload_folder
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,9 @@ class LoadedModel:
 def hub_error(exc: Exception, what: str, location: str) -> ModelLoadError:
     """Translate the many ways from_pretrained fails into one message a person can act on."""
     text = str(exc)
+    if "trust_remote_code" in text and is_shared():
+        return ModelLoadError(f"{location} ships its own Python code (trust_remote_code), which a shared app never runs. "
+                              "Pick a model that transformers supports natively.")
     if "trust_remote_code" in text:
         return ModelLoadError(
             f"{location} ships its own Python code. Enable 'Trust remote code' to load it, but only if you "
@@ -110,7 +115,9 @@ def tokenizer_from(location: str, trust_remote_code: bool) -> Any:
     from .tokenizer import ensure_chat_template
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
+        # shared mode: never with remote code, never with the server's Hub token (engine/sharing.py)
+        check_remote_code(trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code, **token_kwargs())
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise hub_error(exc, "tokenizer of", location) from exc
     ensure_chat_template(tokenizer)
@@ -224,7 +231,8 @@ def load_model(
         _check_bnb()
     if quant.mode == "8bit" and device.kind == "cpu":
         _quiet_int8_cast_warning()
-    kwargs: dict[str, Any] = {"dtype": model_dtype, "trust_remote_code": trust_remote_code}
+    check_remote_code(trust_remote_code)  # shared mode: no Hub repo's Python runs here (engine/sharing.py)
+    kwargs: dict[str, Any] = {"dtype": model_dtype, "trust_remote_code": trust_remote_code, **token_kwargs()}
     qconfig = bnb_config(quant, compute_dtype, cpu_offload=device_map == "auto")
     if qconfig is not None:
         kwargs["quantization_config"] = qconfig
@@ -345,7 +353,7 @@ def _apply_adapter(model: Any, location: str) -> Any:
     from peft import PeftModel
 
     try:
-        return PeftModel.from_pretrained(model, location, is_trainable=False)
+        return PeftModel.from_pretrained(model, location, is_trainable=False, **token_kwargs())
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and "size mismatch" in str(exc):
             raise ModelLoadError(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import TrainConfig
-from ..errors import JobError
+from ..errors import JobError, RunStopped
 from ..hardware import distributed
 from ..runs import EventLog, last_complete_checkpoint
 
@@ -57,7 +57,9 @@ def ensure_builtin(preset: str, runs_dir: Path, parent_events: EventLog | None =
     if parent_events is not None:
         parent_events.write("phase", phase=f"pretraining the built-in model '{preset}' on the built-in corpus (first use only)")
     resume = last_complete_checkpoint(run_dir) is not None if run_dir.exists() else False
-    pretrain(builtin_pretrain_config(preset), run_dir, runs_dir=runs_dir, resume=resume, mirror=parent_events)
+    result = pretrain(builtin_pretrain_config(preset), run_dir, runs_dir=runs_dir, resume=resume, mirror=parent_events)
+    if result.get("type") == "stopped":  # the run that asked for the base was stopped (its STOP file stops this too)
+        raise RunStopped(f"Stopped while pretraining the built-in model '{preset}'; Resume continues from its last checkpoint.")
     if not (model_dir / "config.json").exists():
         raise JobError(f"Pretraining the built-in model '{preset}' did not finish; see {run_dir / 'train.log'}.")
     return model_dir

@@ -173,17 +173,19 @@ class NonFiniteLossCallback(TrainerCallback):
 
 class StopFileCallback(TrainerCallback):
     """Stops at the next optimizer step when `<run>/STOP` exists, saving a checkpoint first so that a
-    stopped run resumes exactly where it was (no lost work)."""
+    stopped run resumes exactly where it was (no lost work). `also`: more STOP files that stop it too (the built-in
+    base's pretraining listens to the STOP file of the run that asked for it)."""
 
-    def __init__(self, stop_file: Path) -> None:
+    def __init__(self, stop_file: Path, *also: Path) -> None:
         self.stop_file = Path(stop_file)
+        self.also = [Path(p) for p in also]
         self.stopped = False
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
         # Several processes (accelerate launch): the file may appear between two ranks' checks, and a rank
         # that stops alone leaves the others waiting in DDP's all-reduce for ever. Every rank reaches this
         # point once per optimizer step, so one MAX all-reduce gives all of them the same answer.
-        if any_rank(self.stop_file.exists()):
+        if any_rank(self.stop_file.exists() or any(p.exists() for p in self.also)):
             self.stopped = True
             control.should_save = True
             control.should_training_stop = True

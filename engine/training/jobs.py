@@ -14,10 +14,13 @@ Merges are jobs too (`start_merge`): `python -m engine merge NAME` in its own pr
 `<run>/merge_events.jsonl` and `<run>/merge.log`, its pid in `<run>/merge.pid`. They take the same lock, and
 neither a merge nor a training run starts while the other is going (both would hold a copy of the model).
 
-Who may stop a run: with `owner_only=True` (the app on a public share link or a Space), a run started with an
-`owner` key (a random key the browser keeps in its local storage) can be stopped, resumed, retried or deleted
-only with that key; the key is stored hashed in `<run>/owner`. Runs started without a key (the CLI, a local
-app) can be controlled by anyone who can reach the app.
+Who may act on a run: with `owner_only` (default: shared mode, engine/sharing.py), a run started with an `owner` key
+(a random key the browser keeps in its local storage, or the gradio session of an API caller) can be stopped,
+resumed, retried, deleted, merged, zipped or pushed only with that key (engine/views/run_control.py); the key is
+stored hashed in `<run>/owner`. (Its uploaded data is kept in a folder of the session that uploaded it:
+engine/views/uploads.py.) Runs started without a key (the CLI) cannot be controlled through a shared app at all. In a
+local app (not shared) anyone who can reach the app controls every run. In shared mode the training subprocess gets
+no Hugging Face token in its environment (engine/sharing.py `child_env`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pathlib import Path
 from ..config import TrainConfig
 from ..errors import JobError
 from ..runs import RunSummary, atomic_write_text, run_path, save_config, summarize
+from ..sharing import child_env, is_shared
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,9 +95,9 @@ def run_is_alive(run_dir: Path, *, pid_name: str = "pid") -> bool:
 class JobManager:
     """Starts, stops and reports training runs under one runs directory."""
 
-    def __init__(self, runs_dir: Path, *, python: str | None = None, stop_grace_s: float = 20.0, owner_only: bool = False) -> None:
+    def __init__(self, runs_dir: Path, *, python: str | None = None, stop_grace_s: float = 20.0, owner_only: bool | None = None) -> None:
         self.runs_dir = Path(runs_dir)
-        self.owner_only = owner_only
+        self.owner_only = is_shared() if owner_only is None else owner_only  # None: decided by shared mode
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self.python = python or sys.executable
         self.stop_grace_s = stop_grace_s
@@ -150,14 +154,14 @@ class JobManager:
         try:
             recorded = (run_path(self.runs_dir, name) / "owner").read_text(encoding="ascii").strip()
         except OSError:
-            return True  # started without an owner key (CLI, local app)
+            return False  # started without an owner key (the CLI): not controllable through a shared app
         return bool(owner) and _owner_hash(owner) == recorded
 
     def check_control(self, name: str, owner: str | None, action: str) -> None:
         """Raise JobError unless `owner` may act on run `name`."""
         if not self.may_control(name, owner):
-            raise JobError(f"Run '{name}' was started from another browser: only that browser can {action} it. "
-                           "You can still watch it, and download or load it once it has finished.")
+            raise JobError(f"Run '{name}' was started from another browser or session: only that browser can {action} it. "
+                           "You can still watch it, and load it in the Playground once it has finished.")
 
     def start(self, cfg: TrainConfig, owner: str | None = None) -> str:
         """Start a new run; refuses while another run is going. Returns the run name. `owner`: the key of the
@@ -216,7 +220,7 @@ class JobManager:
         cmd = [self.python, "-m", "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
         if resume:
             cmd.append("--resume")
-        env = dict(os.environ)
+        env = child_env(os.environ)  # shared mode: no Hub token for a visitor's run
         env.setdefault("PYTHONUNBUFFERED", "1")
         env["COMPACT_LAB_RUNS"] = str(self.runs_dir)
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -24,7 +24,7 @@ import torch
 
 from ..config import QuantSettings, TrainConfig
 from ..data.build import TrainData, build_train_data
-from ..errors import ConfigError, EngineError, TrainingDiverged
+from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
 from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak, resolve_dtype
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
@@ -74,8 +74,10 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     """
     run = _start_run(cfg, Path(run_dir), runs_dir, resume)
     models = _load_models(run)
+    _stop_requested(run, mirror, "loading the model")
     prediction = _predict_memory(run, models)
     data = _build_data(run, models)
+    _stop_requested(run, mirror, "preparing the data")
     score_task = _score_before(run, models)
     models.model = prepare_for_method(cfg, models.model, run.events)
     run.events.write("phase", phase="training")
@@ -310,6 +312,14 @@ def _task_score(model: Any, tokenizer: Any, events: EventLog, when: str) -> None
     score = evaluate_task(model, tokenizer, date_items("test"))
     model.train(was_training)
     events.write("task_score", when=when, accuracy=score.accuracy, n=score.n, examples=[list(e) for e in score.examples[:3]])
+
+
+def _stop_requested(run: RunContext, mirror: EventLog | None, phase: str) -> None:
+    """Honour a Stop between the phases before training proper (the Trainer's callback watches it afterwards):
+    RunStopped, which the CLI records as a resumable stop."""
+    files = [run.run_dir / "STOP"] + ([Path(mirror.path).parent / "STOP"] if mirror is not None else [])
+    if distributed.any_rank(any(f.exists() for f in files)):
+        raise RunStopped(f"Stopped while {phase}; Resume starts it again.")
 
 
 def _stopped(run: RunContext, built: RunTrainer, peak: float) -> dict[str, Any]:

@@ -161,7 +161,8 @@ def build_trainer(
 
     from ..data.packing import PackingCollator
 
-    stop_cb = StopFileCallback(run_dir / "STOP")
+    # a mirrored run is the built-in base pretrained for another run: that run's Stop stops it too
+    stop_cb = StopFileCallback(run_dir / "STOP", *([Path(mirror.path).parent / "STOP"] if mirror is not None else []))
     nonfinite_cb = NonFiniteLossCallback()
     events_cb = EventsCallback(events, device, mirror=mirror)
     tb_cb = _tensorboard_callback(cfg, run_dir, device, tokenizer, data.evals, events)

@@ -40,9 +40,9 @@ def train_config_from_form(values: dict[str, Any], upload_path: str | None, eval
     """The checked TrainConfig for the form's values (dotted names) and its optional dataset and eval uploads."""
     values = dict(values)
     if upload_path:
-        values["dataset"] = str(keep_upload(upload_path, upload_dir))
+        values["dataset"] = str(keep_upload(upload_path, upload_dir, suffixes=DATA_FILE_TYPES))
     if eval_path:
-        values["eval_dataset"] = str(keep_upload(eval_path, upload_dir))
+        values["eval_dataset"] = str(keep_upload(eval_path, upload_dir, suffixes=DATA_FILE_TYPES))
     # qlora always loads the base in 4-bit; lora may use an 8-bit base; full/scratch train unquantized weights
     method, mode = values.get("method"), values.get("quant.mode")
     values["quant.mode"] = "4bit" if method == "qlora" else ("8bit" if method == "lora" and mode == "8bit" else "none")

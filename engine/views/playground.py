@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from ..config import GenerationSettings
 from ..errors import GenerationError
 from ..fields import from_flat
 from .choices import NO_ADAPTER
+from .uploads import export_path
 
 
 def split_gen_values(gen_names: list[str], gen_vals: tuple) -> tuple[GenerationSettings, tuple]:
@@ -27,6 +28,8 @@ def split_gen_values(gen_names: list[str], gen_vals: tuple) -> tuple[GenerationS
 def prompt_settings(gen_names: list[str], gen_vals: tuple, prompt: str | None) -> tuple[GenerationSettings, tuple]:
     """split_gen_values for a generation from a prompt, refused when the prompt is empty."""
     settings, extra = split_gen_values(gen_names, gen_vals)
+    if prompt is not None and not isinstance(prompt, str):
+        raise GenerationError(f"prompt = {prompt!r} is not allowed: text.")
     if not (prompt or "").strip():
         raise GenerationError("Type a prompt first.")
     return settings, extra
@@ -46,8 +49,19 @@ def preset_values(name: str, settings: GenerationSettings, gen_names: list[str])
     return [functools.reduce(getattr, n.split("."), new) for n in gen_names]
 
 
-def generation_request(mode: str, system: str, history: list[dict[str, Any]], prompt: str) -> Any:
-    """Chat messages (system prompt, the conversation so far, the new prompt) in chat mode; the raw prompt in completion mode."""
+def generation_request(mode: str, system: str | None, history: list[dict[str, Any]], prompt: str) -> Any:
+    """Chat messages (system prompt, the conversation so far, the new prompt) in chat mode; the raw prompt in completion mode.
+    Values an API caller may send wrongly typed are refused with a message naming the field."""
+    if mode not in ("chat", "completion"):
+        raise GenerationError(f"mode = {mode!r} is not allowed: chat or completion.")
+    if system is None:
+        system = ""
+    if not isinstance(system, str):
+        raise GenerationError(f"system prompt = {system!r} is not allowed: text (or empty).")
+    if not isinstance(prompt, str):
+        raise GenerationError(f"prompt = {prompt!r} is not allowed: text.")
+    if not isinstance(history, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in history):
+        raise GenerationError("history is not allowed: a list of messages, each with a role and a content.")
     if mode == "chat":
         return ([{"role": "system", "content": system}] if system.strip() else []) + history + [{"role": "user", "content": prompt}]
     return prompt
@@ -120,15 +134,32 @@ def drop_last_turn(history: list[dict[str, Any]] | None) -> tuple[list[dict[str,
     return history, text
 
 
+def whole_number(value: Any, field: str, lo: int, hi: int) -> int:
+    """`value` as a whole number in [lo, hi], or a message naming the field (an API caller may send anything)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = float("nan")
+    if number != number or number in (float("inf"), float("-inf")) or number != int(number) or not lo <= number <= hi:
+        raise GenerationError(f"{field} = {value!r} is not allowed: a whole number from {lo} to {hi:,}.")
+    return int(number)
+
+
+def micro_batch_of(value: Any) -> int:
+    """The Batch tab's micro batch (1 to 64)."""
+    return whole_number(value, "micro batch", 1, 64)
+
+
 def batch_updates(loaded: Any, prompts: list[str], settings: GenerationSettings, *, chat: bool, micro_batch: int, stop_event: threading.Event,
-                  exports_dir: Path) -> Iterator[tuple[str, list[list[Any]], Path | None]]:
-    """(progress line, table rows, CSV file) as a batch generates; the CSV is written in exports_dir once it is over."""
+                  exports_dir: Path | None = None) -> Iterator[tuple[str, list[list[Any]], Path | None]]:
+    """(progress line, table rows, CSV file) as a batch generates; the CSV is written once it is over, under an
+    unguessable name in the private exports folder (views/uploads.py; exports_dir: a folder of the caller's instead)."""
     from ..inference.batch import batch_generate, write_csv
 
     for prog in batch_generate(loaded, prompts, settings, chat=chat, micro_batch=micro_batch, stop_event=stop_event):
         out = None
         if prog.finished or prog.stopped:
-            out = exports_dir / f"batch-{int(time.time())}.csv"
+            out = exports_dir / f"batch-{secrets.token_urlsafe(12)}.csv" if exports_dir else export_path("batch", ".csv")
             write_csv(prog.rows, out)
         yield batch_line(prog), batch_rows(prog), out
 
@@ -157,7 +188,7 @@ def evaluation_row(kind: str, loaded: Any, label: str, text: str | None, dataset
     from ..inference.evaluate import dataset_perplexity, perplexity, task_accuracy
 
     if kind == "ppl":
-        kw = {"window": int(window) or None, "stride": int(stride) or None}
+        kw = {"window": whole_number(window, "window", 0, 1 << 20) or None, "stride": whole_number(stride, "stride", 0, 1 << 20) or None}
         res = perplexity(loaded, [text], **kw) if (text or "").strip() else dataset_perplexity(loaded, dataset, **kw)
         return [label, "perplexity", round(res.ppl, 3), res.summary()]
     score = task_accuracy(loaded)
@@ -174,10 +205,12 @@ def evaluation_rows(kind: str, load: Callable[[str, tuple], Any], refs: list[str
 
 def onnx_export_check(loaded: Any, ref: str, prompts_text: str | None, runs_dir: Path) -> tuple[list[list[Any]], Path]:
     """Export the model to ONNX in the exports folder and compare it with PyTorch on the prompts (one a line; "Hello" if
-    none): the (check, value) rows, scalars only, and the model.onnx path."""
+    none): the (check, value) rows, scalars only, and the zip to download. The zip holds the whole export folder:
+    model.onnx, its weights file model.onnx.data (without it the graph loads nowhere), the tokenizer and onnx_info.json."""
+    from ..export.merge import zip_export
     from ..export.onnx import compare_onnx, export_onnx
 
-    path = export_onnx(loaded, runs_dir / "_exports" / f"onnx-{ref.replace(':', '-').replace('/', '-')}", runs_dir=runs_dir)
+    path = export_onnx(loaded, export_path(f"onnx-{ref.replace(':', '-').replace('/', '-')}"), runs_dir=runs_dir)
     prompts = [p for p in (prompts_text or "").splitlines() if p.strip()] or ["Hello"]
     result = compare_onnx(loaded, path, prompts, no_cache_baseline=True)
-    return [[k, v if not isinstance(v, float) else round(v, 6)] for k, v in result.items() if not isinstance(v, (list, dict))], path
+    return [[k, v if not isinstance(v, float) else round(v, 6)] for k, v in result.items() if not isinstance(v, (list, dict))], zip_export(path.parent)

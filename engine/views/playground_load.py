@@ -11,6 +11,7 @@ from ..config import MemoryQuery, QuantSettings
 from ..errors import EngineError
 from ..estimator import memory
 from ..estimator.handoff import check_ui_model_ref
+from ..sharing import MAX_MODEL_ENV, hub_token, is_shared, max_model_gib
 from .choices import NO_ADAPTER, PLACEMENTS
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ def load_for_playground(jobs: JobManager, ref_v: str, quant_mode: str, extra: tu
     from ..models.cache import MODEL_CACHE
 
     ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
+    check_hub_model_size(ref)
     adapter_v, placement_v, budget = (tuple(extra) + (NO_ADAPTER, "one device", 0))[:3]
     adapter_ref = None if adapter_v in (None, "", NO_ADAPTER) else check_ui_model_ref(adapter_v, jobs.runs_dir)
     device_map, max_memory = PLACEMENTS.get(placement_v, None), None
@@ -74,7 +76,38 @@ def load_for_export(jobs: JobManager, ref_v: str, *, allow_local_models: bool = 
 
 
 def unload_models() -> int:
-    """Unload every model the playground has cached (frees their memory); how many there were."""
+    """Unload every model the playground has cached (frees their memory); how many there were. Refused on a shared app:
+    the cache is shared by every visitor (it unloads the least recently used model by itself before loading another)."""
     from ..models.cache import MODEL_CACHE
 
+    if is_shared():
+        raise EngineError("Unloading models is off on a shared app: other visitors may be using them. The playground keeps one "
+                          "model loaded and frees it by itself before loading another.")
     return MODEL_CACHE.unload_all()
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
+
+
+def check_hub_model_size(ref: str, api: Any = None) -> float | None:
+    """On a shared app, the size of a Hub model's weight files from its file listing, before anything is downloaded;
+    EngineError above the cap (engine/sharing.py `max_model_gib`). None when not checked: not shared, not a Hub id,
+    or offline (nothing can be downloaded then)."""
+    from huggingface_hub import constants
+
+    if not is_shared() or ref.startswith(("builtin:", "run:")) or (api is None and constants.HF_HUB_OFFLINE):
+        return None
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+    try:
+        info = api.model_info(ref, files_metadata=True, token=hub_token())
+    except Exception as exc:  # noqa: BLE001 - every Hub failure becomes one message (never the token: none is sent)
+        raise EngineError(f"Could not list the files of the Hub model {ref!r} to check its size ({type(exc).__name__}); check the id.") from None
+    gib = sum((f.size or 0) for f in (info.siblings or []) if f.rfilename.endswith(WEIGHT_SUFFIXES)) / 2**30
+    cap = max_model_gib()
+    if gib > cap:
+        raise EngineError(f"{ref} has {gib:.1f} GiB of weight files; this shared app loads Hub models up to {cap:.1f} GiB "
+                          f"(set {MAX_MODEL_ENV} to change it). Pick a smaller model.")
+    return gib

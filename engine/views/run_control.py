@@ -1,14 +1,17 @@
 """What the Fine-tune panel's run buttons do: stop, resume, retry after an out-of-memory, delete, download, merge
-and push a run, each refused with a message when no run is picked or when this browser may not control the run; each returns
-what the page shows."""
+and push a run, each refused with a message when no run is picked or when this browser may not control the run
+(engine/training/jobs.py `check_control`: on a shared app only the session that started a run); each returns what the
+page shows."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EngineError, JobError
 from ..runs import run_path
+from .uploads import export_path
 
 if TYPE_CHECKING:
     from ..training.jobs import JobManager
@@ -21,11 +24,34 @@ def _require(name: str | None, message: str) -> str:
 
 
 def stop_run(jobs: JobManager, name: str | None, owner: str | None) -> str:
-    """Ask the run to stop (it saves a checkpoint first); the message to show."""
+    """Ask the run to stop (it saves a checkpoint first) and, in the background, kill its process tree if it has not
+    exited `jobs.stop_grace_s` seconds later (a run hung in a download, tokenizing or saving); the message to show."""
     name = _require(name, "No run selected.")
     jobs.check_control(name, owner, "stop")
     jobs.stop(name, wait=False)
+    threading.Thread(target=stop_or_kill, args=(jobs, name), name=f"stop-{name}", daemon=True).start()
     return f"Asked '{name}' to stop: it saves a checkpoint at the next step, then exits (Resume continues it)."
+
+
+def stop_or_kill(jobs: JobManager, name: str) -> str:
+    """Wait for a run asked to stop; kill its process tree after the grace period and record it as stopped (resumable
+    from its last complete checkpoint). Returns the run's state afterwards."""
+    import time
+
+    from ..runs import EventLog, last_complete_checkpoint
+
+    summary = jobs.stop(name, wait=True)  # kills the process group if it is still alive after the grace period
+    for _ in range(100):  # SIGKILL is delivered asynchronously: wait until the process is gone
+        if summary.state != "running":
+            break
+        time.sleep(0.1)
+        summary = jobs.status(name)
+    if summary.state in ("killed", "created"):  # killed (before its first event, if "created"): record the stop
+        last = last_complete_checkpoint(summary.path)
+        EventLog(summary.path / "events.jsonl").write("stopped", step=summary.step, checkpoint=last.name if last else None,
+                                                      message=f"killed {jobs.stop_grace_s:g} s after Stop (it did not exit by itself)")
+        summary = jobs.status(name)
+    return summary.state
 
 
 def resume_run(jobs: JobManager, name: str | None, owner: str | None) -> str:
@@ -64,22 +90,27 @@ def delete_run(jobs: JobManager, name: str | None, owner: str | None) -> None:
     jobs.delete(name)
 
 
-def zip_for_download(jobs: JobManager, name: str | None) -> Path:
-    """The run's folder as a zip file in the exports folder."""
+def zip_for_download(jobs: JobManager, name: str | None, owner: str | None = None) -> Path:
+    """The run's folder as a zip file under an unguessable name in the private exports folder (views/uploads.py)."""
     from ..export.merge import zip_run
 
-    return zip_run(run_path(jobs.runs_dir, _require(name, "Pick a run to download.")))
+    name = _require(name, "Pick a run to download.")
+    jobs.check_control(name, owner, "download")
+    jobs.status(name)  # a message for a run that does not exist
+    return zip_run(run_path(jobs.runs_dir, name), out_path=export_path(name, ".zip"))
 
 
-def merge_finished_run(jobs: JobManager, name: str | None) -> str:
+def merge_finished_run(jobs: JobManager, name: str | None, owner: str | None = None) -> str:
     """Start merging a finished run's adapter into its base (16-bit safetensors) in a subprocess, on the CPU when the
-    estimator says the GPU cannot hold the unquantized base; refused while a training run or another merge is going.
-    The message to show (the page follows the merge with `merge_status_md`)."""
+    estimator says the GPU cannot hold the unquantized base; refused while a training run or another merge is going,
+    and (shared mode) for anyone but the run's owner. The message to show (the page follows the merge with
+    `merge_status_md`)."""
     from ..export.merge import merge_plan
     from ..hardware.coexist import cuda_free_gib
     from ..hardware.device import detect_device
 
     name = _require(name, "Pick a finished LoRA/QLoRA run to merge.")
+    jobs.check_control(name, owner, "merge")
     s = jobs.status(name)
     if s.state != "finished":
         raise JobError(f"Run '{name}' has not finished; merge needs its final adapter.")
@@ -90,14 +121,18 @@ def merge_finished_run(jobs: JobManager, name: str | None) -> str:
     return f"Merging '{name}' in the background — {plan.reason}. The run's status shows when it is done."
 
 
-def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, private: bool, token: str) -> str:
+def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, private: bool, token: str, gguf: str | None = None,
+                      owner: str | None = None) -> str:
     """Push the run's adapter, merged or full model with a model card to the Hub, with this token only (never the
-    server's HF_TOKEN); the message to show."""
+    server's HF_TOKEN), and a GGUF of it when `gguf` names a type ("none" or empty: no GGUF); the message to show."""
     from ..export.hub import push_run
 
     name = _require(name, "Pick a finished run to push.")
-    url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private), use_env_token=False, runs_dir=jobs.runs_dir)
-    return f"✅ Pushed the {what} of **{name}** with a model card to [{url}]({url})"
+    jobs.check_control(name, owner, "push")
+    gguf = None if gguf in (None, "", "none") else gguf
+    url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private), use_env_token=False, runs_dir=jobs.runs_dir,
+                   gguf=gguf)
+    return f"✅ Pushed the {what} of **{name}**{f' and a {gguf} GGUF' if gguf else ''} with a model card to [{url}]({url})"
 
 
 def push_default(jobs: JobManager, name: str | None) -> str | None:
@@ -107,3 +142,33 @@ def push_default(jobs: JobManager, name: str | None) -> str | None:
         return "model" if name and jobs.status(name).output == "model" else "adapter"
     except EngineError:
         return None
+
+
+def gguf_note(jobs: JobManager, name: str | None) -> str:
+    """What the Export GGUF button will do for the picked run, or why it cannot (shown before the click)."""
+    from ..export.gguf_run import gguf_check
+
+    if not name:
+        return ""
+    reason = gguf_check(name, jobs.runs_dir)
+    if reason:
+        return f"GGUF export is not available for **{name}**: {reason}"
+    merged = (jobs.runs_dir / name / "adapter").exists() and not (jobs.runs_dir / name / "merged" / "config.json").exists()
+    return (f"**{name}** can be exported to GGUF for llama.cpp / Ollama / LM Studio"
+            + (" (its adapter is merged into a 16-bit copy of the base first)." if merged else "."))
+
+
+def export_gguf_for_download(jobs: JobManager, name: str | None, gguf_type: str, preset: str = "balanced",
+                             owner: str | None = None) -> tuple[Path, str]:
+    """Export the picked finished run to GGUF with its Ollama Modelfile; (the zip to download, under an unguessable name
+    in the private exports folder, the message to show). Shared mode: the run's owner only, like a zip of the run."""
+    from ..config import GgufSettings
+    from ..export.gguf_run import export_ref_gguf, zip_export
+
+    name = _require(name, "Pick a finished run to export to GGUF.")
+    jobs.check_control(name, owner, "export")
+    result = export_ref_gguf(name, jobs.runs_dir, GgufSettings(type=gguf_type, preset=preset))
+    template = "with its chat template" if result.template_checked else "without a TEMPLATE (see the comment in the Modelfile)"
+    message = (f"GGUF {result.type} ({result.arch}, {result.bytes / 2**20:,.1f} MiB, written in {result.seconds:.1f} s) and an Ollama "
+               f"Modelfile {template}. Unzip, then `ollama create {name.lower()} -f Modelfile`, or open the .gguf in llama.cpp / LM Studio.")
+    return zip_export(result.folder, out_path=export_path(f"{result.folder.name}", ".zip")), message

@@ -3,19 +3,42 @@ run history table and run picker, and which run a page watches when it opens."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from ..errors import EngineError
 from ..runs import log_tail
+from ..sharing import is_shared
 
 if TYPE_CHECKING:
     from ..runs import RunSummary
     from ..training.jobs import JobManager
 
 HISTORY_HEADERS = ["run", "state", "method", "base", "data", "steps", "best eval loss", "task acc", "seconds", "memory pred/meas GiB", "resumable"]
-STATE_ICONS = {"running": "🟢", "finished": "✅", "stopped": "⏸", "failed": "❌", "killed": "⚠", "created": "…"}
+STATE_ICONS = {"running": "🟢", "finished": "✅", "stopped": "⏸", "failed": "❌", "killed": "⚠", "created": "…", "damaged": "🛠"}
+
+
+def scrub_paths(text: str, runs_dir: Path) -> str:
+    """`text` with the server's folders replaced by placeholders (<runs>, <app>, ~): what a visitor may see of a log."""
+    import sys
+
+    out = str(text or "")
+    places = [(str(Path(runs_dir).resolve()), "<runs>"), (str(Path(runs_dir)), "<runs>"), (str(Path(__file__).resolve().parents[2]), "<app>"),
+              (sys.prefix, "<python>"), (str(Path.home()), "~")]
+    for real, label in sorted(places, key=lambda p: -len(p[0])):
+        if real and real not in ("/", "."):
+            out = out.replace(real, label)
+    return out
+
+
+def data_label(dataset: str) -> str:
+    """How a run's dataset is shown to everyone: built-in and Hub references as they are; an uploaded file by its name
+    only (never the server path), and on a shared app not even that (it may say whose data it is)."""
+    if not dataset or dataset.startswith(("builtin:", "hub:")):
+        return dataset
+    return "(an uploaded file)" if is_shared() else Path(dataset).name.split("-", 1)[-1]
 
 
 def run_choices(jobs: JobManager) -> list[str]:
@@ -60,7 +83,8 @@ def watched_outputs(jobs: JobManager, name: str | None) -> tuple[str, str, pd.Da
     except EngineError:
         return None
     merge = merge_status_md(jobs, name)
-    return status_md(s) + (f"\n\n{merge}" if merge else ""), progress_html(s, s.last_progress), loss_frame(s.losses), log_tail(s.path, 40), history_rows(jobs)
+    return (status_md(s) + (f"\n\n{merge}" if merge else ""), progress_html(s, s.last_progress), loss_frame(s.losses),
+            scrub_paths(log_tail(s.path, 40), s.path.parent), history_rows(jobs))
 
 
 def merge_status_md(jobs: JobManager, name: str | None) -> str:
@@ -75,7 +99,7 @@ def merge_status_md(jobs: JobManager, name: str | None) -> str:
         return "🔀 Merging the adapter… (starting)" if jobs.active_merge() == name else ""
     last = events[-1]
     if last.get("type") == "merge_done":
-        return f"🔀 Merged model saved in `{last.get('path')}` ({last.get('seconds')} s on the {last.get('device')}) — load `run:{name}/merged` in the Playground."
+        return f"🔀 Merged model saved in the run's merged/ folder ({last.get('seconds')} s on the {last.get('device')}) — load `run:{name}/merged` in the Playground."
     if last.get("type") == "merge_error":
         return f"🔀 **Merge failed:** {last.get('message')}"
     if jobs.active_merge() == name:
@@ -89,7 +113,7 @@ def history_rows(jobs: JobManager) -> list[list[Any]]:
     for s in jobs.list_runs():
         mem = f"{s.predicted_gib:.2f} / {s.measured_gib:.2f}" if s.predicted_gib and s.measured_gib else (f"- / {s.measured_gib:.2f}" if s.measured_gib else "")
         score = " → ".join(f"{v:.0%}" for v in s.task_scores.values()) if s.task_scores else ""
-        rows.append([s.name, s.state, s.method, s.base_model, s.dataset, f"{s.step}/{s.max_steps}",
+        rows.append([s.name, s.state, s.method, s.base_model, data_label(s.dataset), f"{s.step}/{s.max_steps}",
                      None if s.best_eval_loss is None else round(s.best_eval_loss, 4), score,
                      None if s.duration_s is None else round(s.duration_s), mem, "yes" if s.resumable else ""])
     return rows
@@ -106,9 +130,11 @@ def status_md(s: RunSummary) -> str:
     if s.task_scores:
         lines.append("date task accuracy: " + " → ".join(f"{k} **{v:.0%}**" for k, v in s.task_scores.items()))
     if s.state == "finished":
-        lines.append(f"Saved **{s.output}/** in `{s.path}` — choose `run:{s.name}` in the Playground.")
+        lines.append(f"Saved **{s.output}/** in the run's folder — choose `run:{s.name}` in the Playground.")
+    if s.state == "damaged":
+        lines.append(f"This run's folder is damaged ({s.error or 'its config.yaml cannot be read'}): it cannot be resumed or loaded; delete it.")
     if s.state == "failed" and s.error:
-        lines.append(f"**Error:** {s.error}")
+        lines.append(f"**Error:** {scrub_paths(s.error, s.path.parent)}" + ("" if s.error_kind == "oom" else " — the last lines of the log below say more."))
         if s.error_kind == "oom":
             lines.append("Click **Retry after OOM** to rerun with half the micro batch and twice the accumulation (same effective batch).")
         if s.error_kind == "nan":

@@ -1,20 +1,122 @@
-"""Uploaded files kept in the runs directory, so that a run that reads one can still be resumed after gradio has
-cleaned its temp dir."""
+"""Files a session hands in (uploads) and gets back (exports), kept apart per session and never under a guessable name.
+
+Uploads are copied out of gradio's temp dir (cleaned on exit) into the runs directory, so that a run that reads one
+can still be resumed later. Each browser session gets its own folder `_uploads/<session>/` (a hash of gradio's
+session id), and a form may only name files in its own session's folder (engine/estimator/handoff.py), so one visitor
+can never preview or train on another's data. A file is checked (type, size) before it is copied, copied under a
+random name, and removed when its session ends or after a day, unless a run's config names it.
+
+Exports (run zips, batch CSVs, ONNX files) are written under random names to a private temp folder; gradio copies a
+file a handler returns into its own cache and serves it from there, so nothing of the runs directory needs to be
+reachable over HTTP (no `allowed_paths`).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import os
+import secrets
 import shutil
+import tempfile
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
+from ..errors import DataError
 
-def keep_upload(path: str, upload_dir: Path) -> Path:
-    """Copy an upload out of gradio's temp dir (cleaned on exit) so the run can be resumed later.
+DAY_S = 24 * 3600
+# A per-process key: an upload's name is a keyed hash of its content, so the same file handed in again by the same
+# session is kept once (the form re-reads it on every change), yet no name can be guessed from the content.
+_NAME_KEY = secrets.token_bytes(16)
+MAX_UPLOAD_BYTES = 200 * 1024 * 1024  # the same limit as engine/data/files.py MAX_FILE_BYTES (app.py passes it to launch())
 
-    Named by a hash of the content, so the same file uploaded twice is kept once."""
+
+def session_dir(upload_dir: Path, session: str | None) -> Path:
+    """The upload folder of one session (a hash of its id: the folder name gives nothing away)."""
+    digest = hashlib.sha256((session or "local").encode("utf-8")).hexdigest()[:16]
+    return Path(upload_dir) / digest
+
+
+def keep_upload(path: str, upload_dir: Path, *, suffixes: Iterable[str] | None = None, max_bytes: int = MAX_UPLOAD_BYTES) -> Path:
+    """Check an upload (type, size) and copy it out of gradio's temp dir under an unguessable name in `upload_dir` (a
+    session's folder, see `session_dir`): a keyed hash of its content, so the same file is kept once. DataError naming
+    the problem before anything is copied."""
     src = Path(path)
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    dest = upload_dir / f"{digest}-{src.name}"
+    allowed = [s.lower() for s in suffixes] if suffixes else None
+    if allowed is not None and src.suffix.lower() not in allowed:
+        raise DataError(f"{src.name}: unsupported file type {src.suffix or '(no extension)'!r}. Use one of: {', '.join(allowed)}.")
+    try:
+        size = src.stat().st_size
+    except OSError:
+        raise DataError(f"{src.name}: the upload is gone; upload it again.") from None
+    if size > max_bytes:
+        raise DataError(f"{src.name} is {size / 2**20:.0f} MB; the limit is {max_bytes // 2**20} MB. Upload a sample of the data.")
+    upload_dir = Path(upload_dir)
+    upload_dir.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in src.name)[-80:] or "upload"
+    mac = hmac.new(_NAME_KEY, str(upload_dir).encode("utf-8"), hashlib.sha256)
+    with open(src, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            mac.update(chunk)
+    dest = upload_dir / f"{mac.hexdigest()[:20]}-{safe}"
     if not dest.exists():
         shutil.copyfile(src, dest)
     return dest
+
+
+def referenced_uploads(runs_dir: Path) -> set[str]:
+    """Names of the upload files that some run's config.yaml names (kept: a stopped run may be resumed)."""
+    names: set[str] = set()
+    for config in Path(runs_dir).glob("*/config.yaml"):
+        try:
+            text = config.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        names.update(part.rsplit("/", 1)[-1].strip(" '\"") for part in text.split() if "_uploads" in part)
+    return names
+
+
+def sweep_uploads(upload_dir: Path, runs_dir: Path, *, session: str | None = None, max_age_s: float = DAY_S) -> int:
+    """Remove uploads no run names: every one of `session` (its session ended), and any older than `max_age_s`.
+    Returns how many files were removed."""
+    upload_dir = Path(upload_dir)
+    if not upload_dir.is_dir():
+        return 0
+    keep, now, removed = referenced_uploads(runs_dir), time.time(), 0
+    ended = session_dir(upload_dir, session) if session is not None else None
+    for folder in [p for p in upload_dir.iterdir() if p.is_dir()]:
+        for f in list(folder.iterdir()):
+            try:
+                old = now - f.stat().st_mtime > max_age_s
+            except OSError:
+                continue
+            if f.is_file() and f.name not in keep and (old or folder == ended):
+                f.unlink(missing_ok=True)
+                removed += 1
+        if folder != upload_dir and not any(folder.iterdir()):
+            folder.rmdir()
+    return removed
+
+
+def exports_root() -> Path:
+    """The private folder exports are written to before gradio copies them into its cache (only this user can read
+    it); files older than a day are removed when a new export is made."""
+    root = Path(tempfile.gettempdir()) / f"compact-lab-exports-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    now = time.time()
+    for old in root.iterdir():
+        try:
+            if now - old.stat().st_mtime > DAY_S:
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
+        except OSError:
+            continue
+    return root
+
+
+def export_path(stem: str, suffix: str = "") -> Path:
+    """A fresh, unguessable path for an export: `<exports root>/<random>/<stem><suffix>` (a folder when suffix is '')."""
+    folder = exports_root() / secrets.token_urlsafe(16)
+    folder.mkdir(mode=0o700)
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in stem)[:80] or "export"
+    return folder / f"{safe}{suffix}"

@@ -47,7 +47,7 @@ def test_eval_from_the_hub_for_text_data_is_chunked(tokenizer, tmp_path, fake_hu
                       columns="text=body")
     train, evals, report, _ = _prepare(cfg, tokenizer, max_len=32)
     assert report["eval_blocks"] == len(evals) >= 2 and all(len(e["input_ids"]) <= 32 for e in evals)
-    assert [c[1]["split"] for c in calls] == ["train", "test[:5]"]
+    assert [c[1]["split"] for c in calls] == ["train[:200001]", "test[:5]"]  # an unsliced split is capped at download
 
 
 def test_a_real_run_with_mapping_drop_and_eval_file(runs_dir, tmp_path):

@@ -30,7 +30,7 @@ def test_hub_dataset_sharegpt_and_default_config(fake_hub):
     tables["someone/sharegpt"] = [CHAT[1]]
     rs = load_source("hub:someone/sharegpt")
     assert rs.format == "chat" and rs.records[0]["messages"][0]["role"] == "user"
-    assert calls[0][0] == ("someone/sharegpt", None) and calls[0][1]["split"] == "train"
+    assert calls[0][0] == ("someone/sharegpt", None) and calls[0][1]["split"] == "train[:200001]"  # unsliced: capped at download
 
 
 def test_hub_dataset_with_column_mapping(fake_hub):

@@ -413,3 +413,13 @@ def test_breakdown_rows_and_choices():
 
 def test_engine_errors_are_engine_errors():
     assert issubclass(ModelLoadError, EngineError) and issubclass(ConfigError, EngineError)
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("[" * 100_000 + "]" * 100_000, "line 7: the JSON is nested too deeply to read"),
+    ('{"model": "builtin:compact-mini", "batch": {"a": 1}}', "batch"),
+    ('{"model": "manual:L=100000000,h=64,a=4,i=128,v=100"}', "layers"),
+])
+def test_hostile_query_lines_are_one_lines_error(line, expected):
+    out = answer_query_line(line, 7)
+    assert out["line"] == 7 and expected in out["error"]

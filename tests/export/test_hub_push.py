@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx2
 import pytest
 import yaml
-from conftest import CPU, build_tiny_model, make_adapter_run
+from conftest import CPU, build_tiny_model, finish_run, make_adapter_run
 from huggingface_hub.errors import HfHubHTTPError
 
 from engine.config import LoraSettings, TrainConfig
@@ -28,7 +28,7 @@ from engine.export.card import model_card
 from engine.export.hub import push_run
 from engine.export.merge import merge_adapter
 from engine.models.references import builtin_model_dir
-from engine.runs import EventLog, read_events, save_config
+from engine.runs import read_events
 
 TOKEN = "hf_TestSecretToken0123456789abcdefXYZ"
 
@@ -83,32 +83,11 @@ def hub(tmp_path, monkeypatch) -> FakeHub:
     return fake
 
 
-def finish(run_dir: Path, cfg: TrainConfig, *, done: bool = True) -> None:
-    """Write the config.yaml and events.jsonl a real run leaves behind."""
-    save_config(run_dir, cfg)
-    ev = EventLog(run_dir / "events.jsonl")
-    import time
-
-    t0 = time.time() - 100
-    ev.write("start", time=t0, run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset, resumed_from=None,
-             device="Tesla T4", device_kind="cuda", dtype="float16")
-    ev.write("memory", predicted_gib=3.21, predicted_total_gib=3.9, device="Tesla T4")
-    ev.write("task_score", when="before", accuracy=0.1, n=20, examples=[])
-    for step, loss in ((1, 2.5), (2, 1.75)):
-        ev.write("progress", step=step, max_steps=2, loss=loss, mem_gib=2.9 + step / 10)
-    ev.write("eval", step=1, eval_loss=1.5, perplexity=4.4817)
-    ev.write("eval", step=2, eval_loss=1.25, perplexity=3.4903)
-    if done:
-        ev.write("task_score", when="after", accuracy=0.85, n=20, examples=[])
-        ev.write("done", time=t0 + 95, output="adapter" if cfg.method in ("lora", "qlora") else "model", path=str(run_dir / "adapter"), steps=2,
-                 final_loss=2.125, eval_loss=1.25, peak_gib=3.05, predicted_gib=3.21, duration_s=95.0)
-
-
 def adapter_run(runs: Path, name: str = "r1", **cfg_kw) -> Path:
     make_adapter_run(runs, name=name, method=cfg_kw.get("method", "qlora"))
     cfg = TrainConfig(**{"method": "qlora", "base_model": "builtin:compact-mini", "dataset": "builtin:dates", "max_steps": 2,
                          "lora": LoraSettings(r=4, alpha=8), "run_name": name, **cfg_kw})
-    finish(runs / name, cfg)
+    finish_run(runs / name, cfg)
     return runs / name
 
 
@@ -193,7 +172,7 @@ def test_uploaded_dataset_and_local_base_never_show_their_paths(runs, tmp_path):
     data.write_text('{"instruction": "a", "output": "b"}\n')
     make_adapter_run(runs, name="r-local")
     cfg = TrainConfig(method="lora", base_model=str(tmp_path / "secret-place" / "base"), dataset=str(data), eval_dataset=str(data))
-    finish(runs / "r-local", cfg)
+    finish_run(runs / "r-local", cfg)
     card = model_card(runs / "r-local", "adapter", "alice/x")
     assert str(tmp_path) not in card and "secret-place" not in card
     assert "an uploaded file `my-data.jsonl`" in card and "a local model folder (not on the Hub)" in card
@@ -233,7 +212,7 @@ def test_merged_needs_a_merge_first_then_pushes_a_plain_model(runs, hub):
 def test_full_run_pushes_its_model_and_refuses_adapter(runs, hub, tiny_dir):
     run = runs / "full-1"
     shutil.copytree(tiny_dir, run / "model")
-    finish(run, TrainConfig(method="full", base_model="builtin:compact-mini", dataset="builtin:instructions"))
+    finish_run(run, TrainConfig(method="full", base_model="builtin:compact-mini", dataset="builtin:instructions"))
     with pytest.raises(HubError, match="trained every weight.*what = model"):
         push_run(run, "alice/full", what="adapter", token=TOKEN)
     assert push_run(run, "alice/full", token=TOKEN).endswith("alice/full")  # what=None: the run's own output
@@ -244,7 +223,7 @@ def test_full_run_pushes_its_model_and_refuses_adapter(runs, hub, tiny_dir):
         push_run(adapter_run(runs, "r-a"), "alice/x", what="model", token=TOKEN)
     scratch = runs / "scratch-1"
     shutil.copytree(tiny_dir, scratch / "model")
-    finish(scratch, TrainConfig(method="scratch", base_model="builtin:compact-mini", dataset="builtin:corpus"))
+    finish_run(scratch, TrainConfig(method="scratch", base_model="builtin:compact-mini", dataset="builtin:corpus"))
     card = model_card(scratch, "model", "alice/tiny")
     assert "trained from random weights on the built-in sample `corpus`" in card and "the built-in preset `compact-mini`" in card
     assert "base_model" not in front_matter(card)
@@ -252,7 +231,7 @@ def test_full_run_pushes_its_model_and_refuses_adapter(runs, hub, tiny_dir):
 
 def test_unfinished_run_and_missing_run(runs, hub):
     make_adapter_run(runs, name="busy")
-    finish(runs / "busy", TrainConfig(method="lora"), done=False)
+    finish_run(runs / "busy", TrainConfig(method="lora"), done=False)
     with pytest.raises(HubError, match="not finished"):
         push_run(runs / "busy", "alice/busy", token=TOKEN)
     with pytest.raises(HubError, match="no run 'ghost'"):
@@ -404,3 +383,36 @@ def test_the_real_client_reads_the_staged_folder_and_card(runs, hub, monkeypatch
     assert seen["adapter_model.safetensors"] == weights.stat().st_size > 0
     card = ModelCard(seen["README.md"])
     assert card.data.library_name == "peft" and card.data.base_model == "Qwen/Qwen2.5-0.5B" and "compact-llm-lab" in card.data.tags
+
+
+# -- the card's eval_results and the GGUF option of a push (issue: take the model home) ---------------
+
+
+def test_card_eval_results_parse_back_with_huggingface_hub(runs):
+    from huggingface_hub import ModelCard
+
+    run = adapter_run(runs)
+    card = ModelCard(model_card(run, "adapter", "alice/dates-qlora", license="apache-2.0"))
+    data = card.data
+    assert data.library_name == "peft" and data.license == "apache-2.0" and "compact-llm-lab" in data.tags
+    results = {r.metric_type: r for r in data.eval_results}
+    assert results["loss"].metric_value == 1.25 and results["perplexity"].metric_value == pytest.approx(3.49, abs=0.01)
+    assert results["accuracy"].metric_value == 0.85 and results["accuracy"].task_name == "Date to ISO conversion"
+    assert results["loss"].dataset_type == "compact-llm-lab/dates" and data.model_name == "dates-qlora"
+    assert "## Other formats" in card.content and "model.onnx.data" in card.content
+
+
+def test_push_model_with_gguf_uploads_the_file_modelfile_and_ollama_usage(runs, hub, tiny_dir):
+    run = runs / "full-g"
+    shutil.copytree(tiny_dir, run / "model")
+    finish_run(run, TrainConfig(method="full", base_model="builtin:compact-mini", dataset="builtin:dates", max_steps=2, run_name="full-g"))
+    push_run(run, "alice/dates-full", what="model", token=TOKEN, gguf="q8_0")
+    files = hub.files()
+    assert {"full-g-q8_0.gguf", "Modelfile", "README.md", "model.safetensors"} <= files
+    readme = (hub.uploads[-1] / "README.md").read_text()
+    assert "ollama run hf.co/alice/dates-full:Q8_0" in readme and "gguf" in front_matter(readme)["tags"]
+    assert "FROM ./full-g-q8_0.gguf" in (hub.uploads[-1] / "Modelfile").read_text()
+    with pytest.raises(ConfigError, match="gguf"):
+        push_run(adapter_run(runs), "alice/x", what="adapter", token=TOKEN, gguf="q8_0")
+    with pytest.raises(ConfigError, match="type"):
+        push_run(run, "alice/x", what="model", token=TOKEN, gguf="q3")

@@ -112,3 +112,47 @@ def test_missing_onnx_packages_say_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "onnxscript", None)
     with pytest.raises(EngineError, match=r"onnxscript is missing.*pip install -r requirements-onnx\.txt"):
         export_onnx(tmp_path / "nothing", tmp_path / "out")
+
+
+def test_downloaded_zip_runs_in_a_fresh_session_elsewhere(tiny, tmp_path):
+    """The Playground's download (engine/views/playground.py): one zip that, unpacked in a folder of its own, loads in a new
+    ONNX Runtime session with nothing else from this machine, and generates PyTorch's greedy tokens."""
+    import zipfile
+
+    import onnxruntime as ort
+    from transformers import AutoTokenizer
+
+    from engine.views.playground import onnx_export_check
+
+    loaded, _ = tiny
+    rows, archive = onnx_export_check(loaded, "builtin:tiny", "the sky is", tmp_path / "runs")
+    assert dict((r[0], r[1]) for r in rows)["greedy_equal"] is True
+    elsewhere = tmp_path / "elsewhere"
+    with zipfile.ZipFile(archive) as zf:
+        names = set(zf.namelist())
+        zf.extractall(elsewhere)
+    folder = elsewhere / "onnx-builtin-tiny"
+    assert {"onnx-builtin-tiny/model.onnx", "onnx-builtin-tiny/model.onnx.data", "onnx-builtin-tiny/tokenizer.json"} <= names
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])  # a new session, by path
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    for prompt in PROMPTS:
+        ids = tokenizer(prompt)["input_ids"]
+        new: list[int] = []
+        for _ in range(8):
+            feed = np.asarray([ids + new], dtype=np.int64)
+            new.append(int(session.run(["logits"], {"input_ids": feed, "attention_mask": np.ones_like(feed)})[0][0, -1].argmax()))
+        with torch.no_grad():
+            out = loaded.model.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), max_new_tokens=8,
+                                        do_sample=False, eos_token_id=None, pad_token_id=0, temperature=None, top_p=None, top_k=None)
+        assert new == out[0, len(ids):].tolist(), prompt
+
+
+def test_missing_packages_are_listed_without_importing(monkeypatch):
+    import importlib.util
+
+    from engine.export.onnx import INSTALL_COMMAND, missing_packages
+
+    assert missing_packages() == []
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else real(name, *a))
+    assert missing_packages() == ["onnxscript"] and INSTALL_COMMAND == "pip install -r requirements-onnx.txt"

@@ -24,8 +24,9 @@ def test_owner_only_mode_lets_only_the_starting_browser_control_its_run(tmp_path
     jobs = JobManager(tmp_path, owner_only=True)
     assert jobs.may_control("mine", "key-a")
     assert not jobs.may_control("mine", "key-b") and not jobs.may_control("mine", None)
-    assert jobs.may_control("from-cli", "key-b") and jobs.may_control("from-cli", None)
-    with pytest.raises(JobError, match="started from another browser: only that browser can stop it"):
+    # a run without an owner key (the CLI) is controllable by nobody through a shared app
+    assert not jobs.may_control("from-cli", "key-b") and not jobs.may_control("from-cli", None)
+    with pytest.raises(JobError, match="started from another browser or session: only that browser can stop it"):
         jobs.check_control("mine", "key-b", "stop")
     assert "key-a" not in (tmp_path / "mine" / "owner").read_text()  # only a hash is kept
 

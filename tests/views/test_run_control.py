@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,6 +32,7 @@ class FakeJobs:
 
     def stop(self, name, wait=True):
         self.calls.append(("stop", name, wait))
+        return SimpleNamespace(state="stopped")
 
     def resume(self, name):
         self.calls.append(("resume", name))
@@ -55,7 +57,7 @@ def test_no_run_picked_is_a_message(action, message):
 def test_actions_check_the_owner_first_and_say_what_happened():
     jobs = FakeJobs()
     assert stop_run(jobs, "r", "key").startswith("Asked 'r' to stop")
-    assert jobs.calls == [("check", "r", "key", "stop"), ("stop", "r", False)]
+    assert jobs.calls[:2] == [("check", "r", "key", "stop"), ("stop", "r", False)]  # then a background stop_or_kill
     assert resume_run(jobs, "r", "key") == "Resuming 'r' from its last complete checkpoint."
     new, text = retry_run(jobs, "r", "key")
     assert new == "r-retry" and text.startswith("Started 'r-retry' with half the micro batch")
@@ -65,6 +67,8 @@ def test_actions_check_the_owner_first_and_say_what_happened():
     with pytest.raises(JobError, match="Only the browser"):
         stop_run(refused, "r", "other")
     assert refused.calls == [("check", "r", "other", "stop")]
+    time.sleep(0.1)  # the background stop_or_kill of the first stop
+    assert [c for c in jobs.calls if c[0] == "stop"][-1] == ("stop", "r", True)
 
 
 def test_download_and_merge_need_a_run_and_merge_a_finished_one():
@@ -86,7 +90,10 @@ def test_push_needs_a_run_and_says_where_it_went(monkeypatch):
     assert calls == []
     text = push_finished_run(FakeJobs(), "r", "me/m", "merged", 1, "hf_x")
     assert text == "✅ Pushed the merged of **r** with a model card to [https://hf.co/me/m](https://hf.co/me/m)"
-    assert calls == [(Path("/runs/r"), "me/m", {"what": "merged", "token": "hf_x", "private": True, "use_env_token": False, "runs_dir": Path("/runs")})]
+    assert calls == [(Path("/runs/r"), "me/m", {"what": "merged", "token": "hf_x", "private": True, "use_env_token": False, "runs_dir": Path("/runs"),
+                                                 "gguf": None})]
+    text = push_finished_run(FakeJobs(), "r", "me/m", "model", 1, "hf_x", "q8_0")
+    assert text.startswith("✅ Pushed the model of **r** and a q8_0 GGUF") and calls[-1][2]["gguf"] == "q8_0"
 
 
 def test_push_default_is_model_for_a_full_run_adapter_otherwise_none_when_unreadable():

@@ -1,21 +1,61 @@
-"""Uploads kept in the runs directory, named by content (the same file is kept once)."""
+"""Uploads kept in the runs directory: checked before copying, random names, one folder per session, swept when
+their session ends or after a day unless a run names them; exports under unguessable names."""
 
 from __future__ import annotations
 
-from engine.views.uploads import keep_upload
+import os
+import time
+
+import pytest
+
+from engine.errors import DataError
+from engine.views.uploads import export_path, keep_upload, session_dir, sweep_uploads
 
 
-def test_upload_is_copied_once_by_content(tmp_path):
-    tmp, kept = tmp_path / "gradio-tmp", tmp_path / "_uploads"
+def test_upload_is_copied_under_a_random_name_in_its_session_folder(tmp_path):
+    tmp, uploads = tmp_path / "gradio-tmp", tmp_path / "_uploads"
     tmp.mkdir()
-    kept.mkdir()
     src = tmp / "data.jsonl"
     src.write_text('{"text": "a"}\n')
-    first = keep_upload(str(src), kept)
-    assert first.parent == kept and first.name.endswith("-data.jsonl") and first.read_text() == src.read_text()
+    mine, theirs = session_dir(uploads, "alice"), session_dir(uploads, "bob")
+    assert mine != theirs and "alice" not in str(mine)
+    first = keep_upload(str(src), mine, suffixes=[".jsonl"])
+    assert first.parent == mine and first.name.endswith("-data.jsonl") and first.read_text() == src.read_text()
     src.unlink()  # gradio cleans its temp dir: the kept copy stays
     assert first.exists()
     src.write_text('{"text": "a"}\n')
-    assert keep_upload(str(src), kept) == first and len(list(kept.iterdir())) == 1
-    src.write_text('{"text": "b"}\n')
-    assert keep_upload(str(src), kept) != first and len(list(kept.iterdir())) == 2
+    assert keep_upload(str(src), mine) == first and len(list(mine.iterdir())) == 1  # the same file is kept once
+    assert keep_upload(str(src), theirs).name != first.name  # the name is keyed per session: nothing to guess from content
+
+
+def test_upload_is_checked_before_anything_is_copied(tmp_path):
+    src = tmp_path / "evil.exe"
+    src.write_bytes(b"MZ")
+    with pytest.raises(DataError, match="unsupported file type '.exe'"):
+        keep_upload(str(src), tmp_path / "up", suffixes=[".jsonl"])
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"x" * 2048)
+    with pytest.raises(DataError, match="the limit is 0 MB"):
+        keep_upload(str(big), tmp_path / "up", max_bytes=1024)
+    assert not (tmp_path / "up").exists()
+
+
+def test_sweep_removes_a_finished_session_and_old_files_but_keeps_what_runs_name(tmp_path):
+    runs, uploads = tmp_path, tmp_path / "_uploads"
+    src = tmp_path / "d.jsonl"
+    src.write_text("{}\n")
+    a1 = keep_upload(str(src), session_dir(uploads, "a"))
+    src.write_text('{"b": 1}\n')
+    a2 = keep_upload(str(src), session_dir(uploads, "a"))
+    b_old = keep_upload(str(src), session_dir(uploads, "b"))
+    os.utime(b_old, (time.time() - 3 * 86400,) * 2)
+    (runs / "r1").mkdir()
+    (runs / "r1" / "config.yaml").write_text(f"dataset: {a2}\n")
+    assert sweep_uploads(uploads, runs, session="a") == 2  # a1 (session ended) and b_old (older than a day)
+    assert not a1.exists() and a2.exists() and not b_old.exists() and not session_dir(uploads, "b").exists()
+
+
+def test_export_paths_are_unguessable_and_private(tmp_path):
+    one, two = export_path("run-1", ".zip"), export_path("run-1", ".zip")
+    assert one != two and one.name == "run-1.zip" and one.parent.parent == two.parent.parent
+    assert len(one.parent.name) >= 16 and (one.parent.parent.stat().st_mode & 0o077) == 0

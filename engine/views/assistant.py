@@ -1,0 +1,158 @@
+"""The app's main functions as tools for an AI assistant (MCP, `python app.py --mcp`): typed, documented, JSON text.
+
+gradio's MCP server turns a function's signature into the tool's input schema and its docstring (the "Args:" lines)
+into the descriptions an assistant reads, so each tool here has simple typed parameters with defaults and a
+docstring written for an assistant: what it does, when to use it, what each value means. They call the same engine
+functions as the page. Run control follows the page's policy: on a shared app (owner_only: a public link, a Space)
+an MCP caller has no browser key, so start / stop are not offered there (`tools(..., allow_control=False)`), and
+every tool that names a model goes through the same reference checks as the page (no local folders unless the
+app was started with --allow-local-models).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import EngineError
+
+if TYPE_CHECKING:
+    from ..training.jobs import JobManager
+
+
+def _summary(s: Any) -> dict[str, Any]:
+    return {"run": s.name, "state": s.state, "method": s.method, "base_model": s.base_model, "dataset": s.dataset, "step": s.step,
+            "max_steps": s.max_steps, "last_loss": s.last_loss, "best_eval_loss": s.best_eval_loss, "output": s.output, "error": s.error,
+            "task_accuracy": dict(s.task_scores or {}), "resumable": s.resumable}
+
+
+def _json(value: Any) -> str:
+    # JSON text, not a Python repr: gradio's MCP server hands a tool's return value to the assistant as text
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def tools(jobs: JobManager, *, allow_control: bool = True, allow_local_models: bool = False) -> list[Callable[..., Any]]:
+    """The tool functions, bound to the app's job manager. allow_control: offer start/stop of training runs."""
+    from ..estimator.handoff import check_ui_model_ref
+
+    def estimate_memory(model: str = "builtin:compact-mini", task: str = "qlora", batch: int = 1, seq_len: int = 512,
+                        grad_ckpt: bool = True) -> str:
+        """Estimate the GPU/CPU memory a job needs before running it, and whether it fits common cards (T4 16 GB, 24 GB, ...).
+
+        Use this first when someone asks "can I fine-tune / run model X on my GPU?". Counts parameters exactly from the
+        model's architecture (no weights are downloaded).
+
+        Args:
+            model: a built-in model (builtin:compact-mini), a catalog name, or a Hugging Face model id such as Qwen/Qwen2.5-0.5B.
+            task: one of inference, full, lora, qlora (LoRA on a 4-bit base: the smallest way to fine-tune).
+            batch: sequences per forward/backward pass (micro batch).
+            seq_len: tokens per sequence.
+            grad_ckpt: gradient checkpointing (recompute activations in backward: much less memory, ~30% slower).
+        Returns:
+            total_gib (what nvidia-smi would show), the breakdown per term in GiB, the verdict per hardware tier (fits / tight / no), notes.
+        """
+        from ..config import MemoryQuery
+        from ..estimator import memory
+
+        est = memory.estimate(MemoryQuery(model=model, task=task, batch=int(batch), seq_len=int(seq_len), grad_ckpt=bool(grad_ckpt)))
+        return _json({"model": est.model, "task": task, "params": est.params, "trainable_params": est.trainable_params,
+                      "total_gib": round(est.total_gib, 3), "breakdown_gib": {k: round(v, 3) for k, v in est.breakdown_gib.items()},
+                      "verdict_per_tier": est.tiers, "notes": list(est.notes)})
+
+    def list_models() -> str:
+        """List the models this app can train or generate with: built-in models, the catalog of Hub models, and finished runs.
+
+        Returns:
+            {"train": [...references for start_training's base_model], "generate": [...references for generate]}.
+        """
+        from . import choices
+
+        return _json({"train": choices.train_model_choices(jobs), "generate": choices.playground_models(jobs)})
+
+    def list_runs() -> str:
+        """List the training runs (newest first) with their state (running, finished, stopped, failed), progress and losses.
+
+        Returns:
+            one record per run: run name, state, method, base model, dataset, step / max_steps, last and best eval loss, task accuracy.
+        """
+        return _json([_summary(s) for s in jobs.list_runs()])
+
+    def training_status(run: str) -> str:
+        """The state and latest numbers of one training run; call it again to follow a run started with start_training.
+
+        Args:
+            run: the run name (as returned by start_training or list_runs).
+        Returns:
+            state (running, finished, stopped, failed, killed), step / max_steps, last loss, eval loss, error message if it failed.
+        """
+        if not run:
+            raise EngineError("Give the run name (list_runs shows them).")
+        return _json(_summary(jobs.status(run)))
+
+    def generate(prompt: str, model: str = "builtin:compact-mini", max_new_tokens: int = 64, chat: bool = True) -> str:
+        """Generate text with a model: a built-in model, a finished run (run:NAME) or a Hugging Face model id.
+
+        Greedy decoding (reproducible). Use a finished run to check what fine-tuning taught the model.
+
+        Args:
+            prompt: the user's message (chat=True, put through the model's chat template) or text to continue (chat=False).
+            model: builtin:NAME, run:NAME (a run's adapter on its base), run:NAME/merged, or a Hugging Face model id.
+            max_new_tokens: the most tokens to generate (1 to 1024).
+            chat: True to answer as a chat turn, False for a raw continuation.
+        Returns:
+            the generated text.
+        """
+        from ..config import GenerationSettings
+        from ..inference.generate import stream_generate
+        from .playground_load import load_for_playground
+
+        if not (prompt or "").strip():
+            raise EngineError("The prompt is empty.")
+        ref = check_ui_model_ref(model, jobs.runs_dir, allow_local=allow_local_models)
+        loaded = load_for_playground(jobs, ref, "none", allow_local_models=allow_local_models)
+        settings = GenerationSettings(max_new_tokens=max(1, min(int(max_new_tokens), 1024)), do_sample=False)
+        text = ""
+        for update in stream_generate(loaded, prompt, settings, chat=bool(chat)):
+            text = update.text
+        return text
+
+    def start_training(base_model: str = "builtin:compact-mini", dataset: str = "builtin:dates", method: str = "full",
+                       max_steps: int = 200, learning_rate: float = 0.001) -> str:
+        """Start a training run in the background (one at a time); returns its name. Follow it with training_status.
+
+        The defaults fine-tune the small built-in model on the built-in date-conversion task on a CPU in minutes. Check the
+        memory first with estimate_memory for larger models.
+
+        Args:
+            base_model: builtin:NAME, a finished run (run:NAME) or a Hugging Face model id.
+            dataset: builtin:dates, builtin:corpus, builtin:instructions or hub:owner/name (a Hugging Face dataset).
+            method: qlora (4-bit base + LoRA, least memory), lora, full (every weight) or scratch (a built-in model from random weights).
+            max_steps: optimizer steps to train.
+            learning_rate: peak learning rate (1e-3 for the built-in model, ~2e-4 for LoRA on Hub models).
+        Returns:
+            the new run's name.
+        """
+        from ..config import TrainConfig
+        from .finetune_form import FT_DEFAULTS
+
+        check_ui_model_ref(base_model, jobs.runs_dir, allow_local=allow_local_models)
+        cfg = TrainConfig(**{**FT_DEFAULTS, "base_model": base_model, "dataset": dataset, "method": method, "max_steps": int(max_steps),
+                             "learning_rate": float(learning_rate)})
+        return jobs.start(cfg)
+
+    def stop_training(run: str) -> str:
+        """Ask a running training run to stop; it saves a checkpoint first, so it can be resumed later.
+
+        Args:
+            run: the run name.
+        Returns:
+            a confirmation message.
+        """
+        if not run:
+            raise EngineError("Give the run name (list_runs shows them).")
+        jobs.stop(run, wait=False)
+        return f"Asked '{run}' to stop: it saves a checkpoint at the next step, then exits."
+
+    out: list[Callable[..., Any]] = [estimate_memory, list_models, list_runs, training_status, generate]
+    return out + ([start_training, stop_training] if allow_control else [])
