@@ -466,7 +466,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
 def model_settings(jobs: JobManager, models: list[str]) -> SimpleNamespace:
     """The model (with its adapter, placement and quantization), the mode, the system prompt and the decoding settings."""
-    from engine.inference.generate import generation_presets
+    from engine.inference.presets import generation_presets
 
     model = gr.Dropdown(choices=models, value=models[0] if models else None, allow_custom_value=True, label="Model", elem_id="playground-model",
                         info="A pretrained built-in model, a finished run (run:NAME: adapter applied on its base; run:NAME/merged: its merged "

@@ -187,10 +187,10 @@ class TrainConfig:
     train_on_prompt: bool = opt(False, "Also compute the loss on prompt tokens (default: responses only).", label="Train on prompt")
     packing: bool = opt(
         True,
-        "Pack several short samples into each row of up to max sequence length tokens instead of padding every sample: "
-        "several times faster on short instruction/chat data, and samples never see each other (attention, positions and "
-        "loss restart per sample). A micro-batch is then micro batch rows holding several samples each, so an epoch takes "
-        "fewer, larger optimizer steps. Plain-text data is always cut into full blocks.",
+        "Put several short samples in one row instead of padding each one: faster on short instruction/chat data. Samples "
+        "never see each other (attention, positions and loss restart per sample), and a micro-batch still holds about "
+        "micro batch samples, so an epoch has the same steps and learning-rate schedule as without packing. "
+        "Plain-text data is always cut into full blocks.",
         label="Packing",
     )
     curriculum: Literal["none", "short-to-long", "column"] = opt(

@@ -23,6 +23,16 @@ Models that ignore packed `position_ids` (remote code, flash-attention-2 with mo
 would silently attend across samples; `supports_packing` checks the loaded model once on a tiny batch and
 the run falls back to padding when it fails.
 
+Packing changes speed, not learning (`pack_for_steps`): a packed micro-batch holds about `micro_batch_size`
+samples, like an unpacked one, so an epoch has the same number of optimizer steps, the learning-rate schedule is
+the same and each step averages over as many samples. Filling `micro_batch_size` rows of `max_len` tokens instead
+(what this module did first) made an epoch 4-6x fewer, larger steps: on the built-in data the epoch ended at eval
+loss 6.29 instead of 5.65. So the rows get a token budget: `micro_batch_size` x the data's mean length per
+micro-batch, split into as few rows of at most `max_len` as hold it, with exactly as many micro-batches as the
+unpacked epoch and the tokens shared evenly between the rows. A micro-batch then carries its samples' real
+tokens (plus a little row-end padding) instead of `micro_batch_size` x the batch's longest sample, so it is
+faster and no larger in memory.
+
 Eval sets are never packed: the eval loss is then computed exactly as without packing, so runs with and
 without packing can be compared. `PackingCollator` handles both kinds of rows.
 """
@@ -30,6 +40,7 @@ without packing can be compared. `PackingCollator` handles both kinds of rows.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,18 +59,34 @@ class PackReport:
     samples: int
     rows: int
     tokens: int
-    max_len: int
+    max_len: int  # the row capacity in tokens
+    rows_per_batch: int = 0  # rows per micro-batch (`pack_for_steps`); 0 = micro_batch_size rows (plain `pack_examples`)
 
     @property
     def fill(self) -> float:
         """Fraction of the row capacity (rows x max_len) holding real tokens."""
         return self.tokens / (self.rows * self.max_len) if self.rows else 0.0
 
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per epoch (on one device) when `rows_per_batch` is set."""
+        return math.ceil(self.rows / self.rows_per_batch) if self.rows_per_batch else 0
+
     def as_event(self) -> dict[str, Any]:
-        return {"packed_rows": self.rows, "packed_samples": self.samples, "packing_fill": round(self.fill, 3)}
+        event = {"packed_rows": self.rows, "packed_samples": self.samples, "packing_fill": round(self.fill, 3)}
+        if self.rows_per_batch:
+            event.update(packed_rows_per_batch=self.rows_per_batch, packed_row_tokens=self.max_len,
+                         samples_per_micro_batch=round(self.samples / max(1, self.micro_batches), 2),
+                         tokens_per_micro_batch=round(self.tokens / max(1, self.micro_batches), 1))
+        return event
 
     def summary(self) -> str:
-        return f"{self.samples} samples packed into {self.rows} rows of up to {self.max_len} tokens ({self.fill:.0%} full)"
+        text = f"{self.samples} samples packed into {self.rows} rows of up to {self.max_len} tokens ({self.fill:.0%} full)"
+        if self.rows_per_batch:
+            per = max(1, self.micro_batches)
+            text += (f"; {self.rows_per_batch} row(s) per micro-batch, about {self.samples / per:.1f} samples and "
+                     f"{self.tokens / per:,.0f} tokens each")
+        return text
 
 
 # --------------------------------------------------------------------------------------------------
@@ -133,19 +160,102 @@ def pack_examples(
     """
     lengths = [len(e["input_ids"]) for e in examples]
     groups = next_fit(lengths, max_len) if keep_order else first_fit_decreasing(lengths, max_len)
-    rows = []
-    for group in groups:
-        ids: list[int] = []
-        labels: list[int] = []
-        positions: list[int] = []
-        for i in group:
-            ex = examples[i]
-            ids.extend(ex["input_ids"])
-            # the first label of a sample is never a target: the previous sample's last token must not predict it
-            labels.extend([IGNORE_INDEX, *ex["labels"][1:]])
-            positions.extend(range(len(ex["input_ids"])))
-        rows.append({"input_ids": ids, "labels": labels, "position_ids": positions})
+    rows = [_pack_group(examples, group) for group in groups]
     return rows, PackReport(samples=len(examples), rows=len(rows), tokens=sum(lengths), max_len=max_len)
+
+
+def _pack_group(examples: Sequence[dict[str, list[int]]], group: Sequence[int]) -> dict[str, list[int]]:
+    """One packed row of the examples at `group`: their tokens, labels (first label of each -100) and positions."""
+    ids: list[int] = []
+    labels: list[int] = []
+    positions: list[int] = []
+    for i in group:
+        ex = examples[i]
+        ids.extend(ex["input_ids"])
+        # the first label of a sample is never a target: the previous sample's last token must not predict it
+        labels.extend([IGNORE_INDEX, *ex["labels"][1:]])
+        positions.extend(range(len(ex["input_ids"])))
+    return {"input_ids": ids, "labels": labels, "position_ids": positions}
+
+
+def balanced_bins(lengths: Sequence[int], n_bins: int, capacity: int) -> list[list[int]] | None:
+    """Indices of `lengths` in exactly `n_bins` bins of about equal total length (longest processing time first:
+    each item, longest first, goes to the emptiest bin), or None when some bin would exceed `capacity`.
+
+    Balanced rather than full bins: a micro-batch is padded to its longest row, so equal rows waste least.
+    Ties keep input order, so the result is deterministic (resume sees the same rows).
+    """
+    import heapq
+
+    if not 0 < n_bins <= len(lengths):
+        return None
+    heap = [(0, b) for b in range(n_bins)]  # (tokens so far, bin index): the emptiest bin on top
+    bins: list[list[int]] = [[] for _ in range(n_bins)]
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        used, b = heapq.heappop(heap)
+        if used + lengths[i] > capacity:
+            return None
+        bins[b].append(i)
+        heapq.heappush(heap, (used + lengths[i], b))
+    return bins
+
+
+def balanced_runs(lengths: Sequence[int], n_bins: int, capacity: int) -> list[list[int]] | None:
+    """Indices of `lengths` cut, in their order, into exactly `n_bins` consecutive runs of about equal total length,
+    or None when a run would exceed `capacity` (a curriculum keeps its order; see `next_fit`)."""
+    n = len(lengths)
+    if not 0 < n_bins <= n:
+        return None
+    total = sum(lengths)
+    bins: list[list[int]] = []
+    current: list[int] = []
+    used = done = 0
+    for i, length in enumerate(lengths):
+        left_items, left_bins = n - i, n_bins - len(bins)
+        # close the current run when it reached its share of the tokens, when the item does not fit, or when
+        # every remaining item must start a run of its own to make n_bins runs
+        full = used + length > capacity
+        if current and len(bins) < n_bins - 1 and (done + used >= total * (len(bins) + 1) / n_bins or full or left_items < left_bins):
+            bins.append(current)
+            done += used
+            current, used = [], 0
+        if used + length > capacity:
+            return None
+        current.append(i)
+        used += length
+    bins.append(current)
+    return bins if len(bins) == n_bins else None
+
+
+def pack_for_steps(
+    examples: Sequence[dict[str, list[int]]], max_len: int, micro_batch_size: int, *, keep_order: bool = False
+) -> tuple[list[dict[str, list[int]]], PackReport]:
+    """Packed rows whose micro-batches hold about `micro_batch_size` samples each (see the module docstring).
+
+    Returns the rows and a report whose `rows_per_batch` is the per-device train batch size to use: an epoch of
+    those rows has exactly `ceil(len(examples) / micro_batch_size)` micro-batches, like the unpacked epoch. The
+    rows of a micro-batch share its samples' tokens evenly (`balanced_bins`, or `balanced_runs` to keep a
+    curriculum's order); a micro-batch gets more rows when the samples do not fit fewer rows of `max_len`.
+    """
+    if not examples:
+        return [], PackReport(samples=0, rows=0, tokens=0, max_len=max_len, rows_per_batch=1)
+    lengths = [len(e["input_ids"]) for e in examples]
+    if max(lengths) > max_len:
+        raise ValueError(f"a sample is longer than the row capacity {max_len}")
+    batch = max(1, int(micro_batch_size))
+    micro_batches = math.ceil(len(lengths) / batch)
+    budget = batch * sum(lengths) / len(lengths)  # tokens of an average unpacked micro-batch, without padding
+    split = balanced_runs if keep_order else balanced_bins
+    groups = None
+    for rows_per_batch in range(max(1, math.ceil(budget / max_len)), batch + 1):
+        groups = split(lengths, min(len(lengths), rows_per_batch * micro_batches), max_len)
+        if groups is not None:
+            break
+    if groups is None:  # every sample needs a row of its own: packing cannot help, but the rows stay valid
+        rows_per_batch, groups = batch, [[i] for i in range(len(lengths))]
+    rows = [_pack_group(examples, group) for group in groups]
+    capacity = max(len(r["input_ids"]) for r in rows)
+    return rows, PackReport(samples=len(examples), rows=len(rows), tokens=sum(lengths), max_len=capacity, rows_per_batch=rows_per_batch)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ run will use and calls `inspect_records`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -113,12 +114,28 @@ def inspect_records(
     summary = (f"**{records.format}** format from {records.summary().split(' from ', 1)[-1]} · {rep.summary()} · long rows: "
                f"{'truncated' if cfg.too_long == 'truncate' else 'dropped'} at {cfg.max_seq_len} tokens · loss on "
                f"{'prompt and response' if cfg.train_on_prompt else 'responses only'} · ⟦ ⟧ marks trained-on tokens (preview uses {which}).")
-    if cfg.packing:  # what the run will train on: rows holding several samples (engine/data/packing.py)
-        from .packing import pack_examples
-
-        _, packed = pack_examples(tok.examples, cfg.max_seq_len, keep_order=cfg.curriculum != "none")
-        summary += f" · packing: {packed.summary()}, before the eval split"
+    summary += " · " + step_summary(cfg, tok.examples)
     hist = [{"tokens": k, "rows": v} for k, v in rep.length_histogram.items()]
     dropped = [[n, why] for n, why in list(records.dropped) + list(rep.dropped)]
     shown = preview(records, tokenizer, cfg.max_seq_len, n_preview, train_on_prompt=cfg.train_on_prompt, too_long=cfg.too_long)
     return DataInspection(summary + eval_line + notes, shown, hist, dropped)
+
+
+def step_summary(cfg: TrainConfig, examples: Sequence[dict[str, list[int]]]) -> str:
+    """What one optimizer step sees (samples and real tokens) and the steps per epoch, with or without packing
+    (engine/data/packing.py `pack_for_steps`), before the eval split: the numbers that set the schedule."""
+    import math
+
+    n = len(examples)
+    if not n:
+        return "no usable samples"
+    accum, tokens = cfg.grad_accum, sum(len(e["input_ids"]) for e in examples)
+    steps = math.ceil(math.ceil(n / cfg.micro_batch_size) / accum)
+    text = (f"per optimizer step: about {min(n, cfg.micro_batch_size * accum):,} samples and "
+            f"{tokens * min(1.0, cfg.micro_batch_size * accum / n):,.0f} tokens, {steps:,} steps per epoch")
+    if cfg.packing:  # what the run will train on: rows holding several samples
+        from .packing import pack_for_steps
+
+        _, packed = pack_for_steps(examples, cfg.max_seq_len, cfg.micro_batch_size, keep_order=cfg.curriculum != "none")
+        text += f" · packing: {packed.summary()}"
+    return text

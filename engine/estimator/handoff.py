@@ -50,17 +50,18 @@ def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
 _SHORT = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj", "down": "down_proj", "lm_head": "lm_head"}
 
 
-def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None) -> MemoryQuery:
+def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None, *, on_cpu: bool = False) -> MemoryQuery:
     """The estimator query for a training config run in `dtype` ("fp32" | "fp16" | "bf16").
 
     model: what the estimator should resolve (a config.json path for runs/local folders); default base_model.
+    on_cpu: the run trains on a CPU (bf16 there is autocast over fp32 master weights).
     """
     if cfg.method == "qlora":
         wp = cfg.quant.quant_type
     elif cfg.method == "lora" and cfg.quant.mode == "8bit":
         wp = "int8"
-    elif cfg.method == "full" and dtype == "fp16":
-        wp = "fp32"  # fp16 AMP keeps fp32 master weights
+    elif cfg.method in ("full", "scratch", "distill") and (dtype == "fp16" or (dtype == "bf16" and on_cpu)):
+        wp = "fp32"  # AMP keeps fp32 master weights: the loader's rule (engine/hardware/device.py master_dtype)
     else:
         wp = dtype
     tp = {"fp32": "fp32", "fp16": "amp-fp16", "bf16": "amp-bf16"}[dtype]
@@ -77,8 +78,8 @@ def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None) -> 
         lora_dropout=cfg.lora.dropout,
         batch=cfg.micro_batch_size,
         grad_accum=cfg.grad_accum,
-        # padded batches are at most max_seq_len long; packed rows (engine/data/packing.py) are filled up to it, so
-        # micro_batch x max_seq_len tokens per pass holds with packing too (then as the usual, not the worst, case)
+        # padded batches are at most max_seq_len long; a packed micro-batch (engine/data/packing.py) holds about
+        # micro_batch samples in fewer rows, so micro_batch x max_seq_len tokens per pass bounds it too
         seq_len=cfg.max_seq_len,
         grad_ckpt=cfg.grad_checkpointing,
     )

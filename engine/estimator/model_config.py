@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import ConfigError, ModelLoadError
 from ..refs import LOOSE_HUB_ID_RE
 from ..sharing import token_kwargs
+from .arch_cache import cached_arch, write_cache
 from .architecture import Arch, analyze
 from .catalog import CatalogEntry, catalog_lookup
 from .compact_arch import builtin_arch
@@ -56,8 +57,19 @@ def _resolve_cached(ref: str) -> Arch:
 
 
 def _from_catalog(entry: CatalogEntry, ref: str) -> Arch:
+    # measured once and kept as data (engine/estimator/arch_cache.py): no torch/transformers import for the catalog
+    return cached_arch(entry) or measure_catalog_entry(entry)
+
+
+def measure_catalog_entry(entry: CatalogEntry) -> Arch:
+    """A catalog model's `Arch`, counted on the meta device from its config (needs torch and transformers)."""
     cfg = config_from_dict(dict(entry.config), where=f"catalog entry {entry.name}")
     return analyze(cfg, ref=entry.name, label=f"{entry.name} ({entry.hf_id})", source=entry.source, published=entry.params)
+
+
+def refresh_arch_cache() -> int:
+    """Re-measure every catalog model and rewrite presets/catalog_arch.json (after editing presets/models.yaml)."""
+    return write_cache(measure_catalog_entry)
 
 
 def _from_file(path: Path, ref: str) -> Arch:

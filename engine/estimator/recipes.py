@@ -136,7 +136,8 @@ def _model_type(model: str) -> str | None:
 
 
 def _precision_for(t: HardwareTier, values: dict[str, Any], changes: list[str], model_type: str | None = None) -> dict[str, Any]:
-    """Never bf16 where the tier has none: fp16 mixed precision on GPUs, fp32 on CPUs (no fast fp16 there); fp32 on a GPU
+    """Never bf16 where the tier has none: fp16 mixed precision on GPUs, auto on CPUs (no fast fp16 there; bf16 or fp32
+    by the CPU's own speed, measured where the run trains; estimated as fp32); fp32 on a GPU
     without bf16 for the families that overflow in fp16 (presets/precision.yaml, the rule engine/hardware/device.py
     applies to the form and the run)."""
     from ..hardware.device import fp16_rule
@@ -144,9 +145,10 @@ def _precision_for(t: HardwareTier, values: dict[str, Any], changes: list[str], 
     out: dict[str, Any] = {}
     wanted = values.get("precision", "auto")
     rule = fp16_rule(model_type) if t.kind != "cpu" else None
-    reason = "CPUs train in fp32" if t.kind == "cpu" else "this card has no bf16"
+    reason = "CPUs have no fast fp16: auto computes in bf16 where the CPU is fast at it, else fp32" if t.kind == "cpu" else "this card has no bf16"
     if t.kind == "cpu":
-        prec = "fp32"
+        # auto, decided on the machine that trains (engine/hardware/cpu_bf16.py): bf16 autocast where it is fast
+        prec = "auto" if wanted == "fp16" else wanted
     elif rule is not None and rule.policy == "fp32" and (wanted == "fp16" or (not t.bf16 and wanted in ("bf16", "auto"))):
         prec = "bf16" if t.bf16 else "fp32"
         reason = f"{rule.name} overflows in fp16" + ("" if t.bf16 else " and this card has no bf16")

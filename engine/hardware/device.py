@@ -6,7 +6,8 @@ One place decides which dtype a job computes in, so that the loader, the trainer
 |-----------------------------|-------|-----------------------|------------------------------|------|
 | CUDA, compute capability>=8 | bf16  | ok                    | ok                           | ok   |
 | CUDA, older (T4 = 7.5)      | fp16  | ok                    | ConfigError (no bf16 units)  | ok   |
-| CPU                         | fp32  | ConfigError (slow)    | ok if torch supports it      | ok   |
+| CPU with fast bf16 (AMX...) | bf16  | ConfigError (slow)    | ok                           | ok   |
+| other CPU                   | fp32  | ConfigError (slow)    | ok if torch supports it      | ok   |
 
 Model families that overflow in fp16 (Gemma, Gemma-2/3, T5, ... — `presets/precision.yaml`, each with its source)
 change the older-GPU row when the caller passes the model's `model_type`: `auto` computes in fp32 there (policy
@@ -17,7 +18,9 @@ resolve through `resolve_dtype(..., model_type=...)`, so they agree.
 Why fp16 is refused on CPU: most CPU kernels have no fp16 path (they upcast per op or are missing), so an
 fp16 model on CPU is slower than fp32 and fp16 training without a GPU grad scaler diverges easily. bf16 on
 CPU is allowed because torch has real bf16 CPU kernels (AVX512-BF16/AMX make it fast; elsewhere it is
-emulated but correct), but `auto` still picks fp32 there: it is the safe and predictable default.
+emulated but correct); `auto` picks it where a matmul micro-benchmark says it is clearly faster than fp32
+(engine/hardware/cpu_bf16.py). Training on CPU in bf16 is autocast with fp32 master weights (the Trainer's CPU
+AMP), so it learns like fp32; inference computes in bf16.
 
 Peak-memory helpers report CUDA `max_memory_allocated` on a GPU and the process's peak resident set size
 on CPU (which includes Python, torch and everything else in the process, and cannot be reset: on CPU
@@ -85,6 +88,7 @@ class DeviceInfo:
     total_gib: float
     bf16: bool  # native bf16 support (Ampere+ on CUDA; torch bf16 kernels on CPU)
     capability: tuple[int, int] | None = None  # CUDA compute capability, None on CPU
+    bf16_fast: bool = False  # bf16 is faster than fp32 here, so `auto` picks it (Ampere+; a CPU with AMX/AVX512-BF16)
 
     @property
     def torch_device(self) -> torch.device:
@@ -129,8 +133,12 @@ def detect_device() -> DeviceInfo:
             # policy wants real bf16 units, i.e. compute capability >= 8.
             bf16=cap[0] >= 8,
             capability=cap,
+            bf16_fast=cap[0] >= 8,
         )
-    return DeviceInfo(kind="cpu", name=_cpu_name(), total_gib=_cpu_total_gib(), bf16=_cpu_bf16_ok(), capability=None)
+    from .cpu_bf16 import bf16_is_fast
+
+    name, bf16 = _cpu_name(), _cpu_bf16_ok()
+    return DeviceInfo(kind="cpu", name=name, total_gib=_cpu_total_gib(), bf16=bf16, capability=None, bf16_fast=bf16 and bf16_is_fast(name))
 
 
 def _cpu_bf16_ok() -> bool:
@@ -160,7 +168,7 @@ def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str =
             if rule.policy == "refuse":
                 raise ConfigError(field, choice, _fp16_advice(rule, model_type, device, allow_fp32=False))
             return torch.float32  # fp16 would overflow for this family and there is no bf16: fp32 compute
-        return torch.float32
+        return torch.bfloat16 if device.bf16_fast else torch.float32
     if choice not in _DTYPES:
         raise ConfigError(field, choice, "one of auto, fp16, bf16, fp32")
     if choice == "bf16" and not device.bf16:
@@ -184,6 +192,31 @@ def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str =
             "Use fp16 on a GPU",
         )
     return _DTYPES[choice]
+
+
+def precision_reason(device: DeviceInfo | None = None) -> str:
+    """One line saying what `auto` computes in on `device` and why, for the fine-tune form and the logs."""
+    device = device or detect_device()
+    if device.kind == "cuda":
+        cap = ".".join(map(str, device.capability or ()))
+        return (f"auto picks bf16: {device.name} (compute capability {cap}) has bf16 units" if device.bf16
+                else f"auto picks fp16 mixed precision: {device.name} (compute capability {cap}) has no bf16")
+    from .cpu_bf16 import bf16_reason
+
+    return bf16_reason(device.name)
+
+
+def master_dtype(method: str, dtype: torch.dtype, device: DeviceInfo) -> torch.dtype:
+    """The dtype a model is loaded in to be trained with `method` in compute `dtype` on `device`.
+
+    Mixed precision keeps fp32 master weights where weights are trained: fp16 AMP on a GPU (a grad scaler on
+    fp16 weights loses small updates) and bf16 autocast on a CPU (the Trainer's CPU AMP). Frozen or quantized
+    bases (LoRA, QLoRA) and bf16 on CUDA load in the compute dtype.
+    """
+    trains_weights = method in ("full", "distill", "scratch")
+    if trains_weights and (dtype == torch.float16 or (dtype == torch.bfloat16 and device.kind == "cpu")):
+        return torch.float32
+    return dtype
 
 
 def _fp16_advice(rule: Fp16Rule, model_type: str | None, device: DeviceInfo, *, allow_fp32: bool) -> str:

@@ -26,7 +26,7 @@ from ..config import QuantSettings, TrainConfig
 from ..data.build import TrainData, build_train_data
 from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
 from ..hardware import distributed
-from ..hardware.device import DeviceInfo, detect_device, peak_memory_gib, reset_peak, resolve_dtype
+from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak, resolve_dtype
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
 from .adapters import prepare_for_method
 from .builtin import ensure_builtin
@@ -131,6 +131,7 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
     dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=_model_type(cfg, runs_dir, device))
     events.write("start", run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset,
                  resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""),
+                 precision_note=precision_reason(device) if cfg.precision == "auto" else f"{cfg.precision}, as chosen",
                  world_size=distributed.world_size())
     reset_peak(device)
     return RunContext(cfg, run_dir, runs_dir, device, dtype, events, main, checkpoint, started)
@@ -213,9 +214,8 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
         quant = dataclasses.replace(cfg.quant, compute_dtype=cfg.precision)
     else:
         quant = QuantSettings(mode="none", compute_dtype=cfg.precision)
-    # Full fine-tuning (a pretrained distill student too) with fp16 AMP needs fp32 master weights; everything else
-    # loads in the compute dtype.
-    load_dtype = torch.float32 if (cfg.method in ("full", "distill") and dtype == torch.float16) else dtype
+    # AMP (fp16 on a GPU, bf16 on a CPU) keeps fp32 master weights of trained weights: engine/hardware/device.py
+    load_dtype = master_dtype(cfg.method, dtype, device)
     return load_model(cfg.base_model, quant, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=load_dtype)
 
 
@@ -231,7 +231,7 @@ def predict_memory(cfg: TrainConfig, device: DeviceInfo, dtype: torch.dtype, mod
 
     name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
     try:
-        est = estimate(query_from_train(cfg, name, str(model_config_path) if model_config_path else None))
+        est = estimate(query_from_train(cfg, name, str(model_config_path) if model_config_path else None, on_cpu=device.kind == "cpu"))
     except EngineError as exc:
         log.info("no memory prediction: %s", exc)
         return None

@@ -26,8 +26,13 @@ OPTIMIZERS = {
 }
 
 
-def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: torch.dtype, has_eval: bool) -> Any:
-    """The TrainingArguments of a run: batch, schedule, precision, checkpoints, evaluation and the sampling order."""
+def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: torch.dtype, has_eval: bool,
+                  train_batch_size: int | None = None) -> Any:
+    """The TrainingArguments of a run: batch, schedule, precision, checkpoints, evaluation and the sampling order.
+
+    train_batch_size: rows per micro-batch when the training rows are packed (`TrainData.train_batch_size`: a
+    packed micro-batch holds about `micro_batch_size` samples in fewer rows); None = `cfg.micro_batch_size`.
+    """
     from transformers import TrainingArguments
 
     on_cpu = device.kind == "cpu"
@@ -35,7 +40,7 @@ def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: to
     patience = has_eval and cfg.early_stopping_patience > 0
     return TrainingArguments(
         output_dir=str(run_dir),
-        per_device_train_batch_size=cfg.micro_batch_size,
+        per_device_train_batch_size=train_batch_size or cfg.micro_batch_size,
         per_device_eval_batch_size=cfg.micro_batch_size,
         gradient_accumulation_steps=cfg.grad_accum,
         learning_rate=cfg.learning_rate,
@@ -46,7 +51,8 @@ def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: to
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm if cfg.max_grad_norm > 0 else 0.0,
         optim=OPTIMIZERS[cfg.optimizer],
-        bf16=dtype == torch.bfloat16 and not on_cpu,
+        # on CPU bf16=True is the Trainer's CPU AMP (bf16 autocast over fp32 master weights: device.master_dtype)
+        bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
         use_cpu=on_cpu,
         activation_checkpointing=cfg.grad_checkpointing,  # transformers 5 name of gradient checkpointing
@@ -168,7 +174,7 @@ def build_trainer(
         trainer_cls, extra_args = DistillTrainer, {"distill": distill, "temperature": cfg.distill_temperature, "alpha": cfg.distill_alpha}
     trainer = _atomic(trainer_cls)(
         model=model,
-        args=training_args(cfg, run_dir, device, dtype, has_eval=bool(data.evals)),
+        args=training_args(cfg, run_dir, device, dtype, has_eval=bool(data.evals), train_batch_size=data.train_batch_size),
         train_dataset=data.train,
         eval_dataset=data.evals or None,
         data_collator=PackingCollator(tokenizer, pad_to_multiple_of=8),  # packed rows, or padded examples as before

@@ -21,7 +21,7 @@ BUILTIN_DATASETS = {
 def train_model_choices(jobs: JobManager) -> list[str]:
     """Suggestions for the base and teacher models: every built-in preset (pretrained on first use), finished runs (to
     continue from) and their merged models, then the catalog's Hub ids."""
-    from ..models.compact import compact_presets
+    from ..estimator.catalog import compact_presets  # the presets as data: listing them never imports the model code
 
     known = playground_models(jobs)
     return [f"builtin:{p}" for p in compact_presets()] + [m for m in known if not m.startswith("builtin:")]
@@ -29,8 +29,7 @@ def train_model_choices(jobs: JobManager) -> list[str]:
 
 def playground_models(jobs: JobManager) -> list[str]:
     """Built-in models, finished runs, their merged models, then the catalog's Hub ids (downloaded when online)."""
-    from ..estimator.catalog import catalog
-    from ..models.compact import compact_presets
+    from ..estimator.catalog import catalog, compact_presets
     from ..models.references import builtin_model_dir
 
     out = [f"builtin:{p}" for p in compact_presets() if (builtin_model_dir(p, jobs.runs_dir) / "config.json").exists()]

@@ -68,11 +68,13 @@ def form_model_type(cfg: TrainConfig, runs_dir: Path | None) -> str | None:
 def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None) -> tuple[str, str | None]:
     """(markdown, verdict) of the estimator for this form on the machine the run will use."""
     from ..estimator.handoff import fit_verdict, query_from_train
-    from ..hardware.device import detect_device, dtype_name, resolve_dtype
+    from ..hardware.device import detect_device, dtype_name, precision_reason, resolve_dtype
 
     device = detect_device()
     dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=form_model_type(cfg, runs_dir) if device.kind == "cuda" else None)
-    head = f"Effective batch **{cfg.micro_batch_size * cfg.grad_accum}** (micro batch {cfg.micro_batch_size} × accumulation {cfg.grad_accum})."
+    why = precision_reason(device) if cfg.precision == "auto" else "as chosen"
+    head = (f"Effective batch **{cfg.micro_batch_size * cfg.grad_accum}** (micro batch {cfg.micro_batch_size} × accumulation {cfg.grad_accum}) · "
+            f"precision **{dtype_name(dtype)}** ({why}).")
     if cfg.base_model.startswith("run:"):
         return head + " Memory prediction: shown once the run starts (the base comes from a previous run).", None
     if cfg.method == "distill":  # the student's training plus the frozen teacher (engine/training/distill.py)
@@ -82,7 +84,7 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None) -> tuple[s
         if est is None:
             return head + " Memory prediction: shown once the run starts (the teacher's architecture is not known yet).", None
     else:
-        est = memory.estimate(query_from_train(cfg, dtype_name(dtype)))
+        est = memory.estimate(query_from_train(cfg, dtype_name(dtype), on_cpu=device.kind == "cpu"))
     need = est.total_gib if device.kind == "cuda" else est.allocated_gib
     verdict = fit_verdict(need, device.total_gib)
     word = {"fits": "✅ fits", "tight": "⚠ tight", "no": "❌ does not fit"}[verdict]

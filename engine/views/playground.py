@@ -43,7 +43,7 @@ def compare_settings(settings: GenerationSettings) -> GenerationSettings:
 
 def preset_values(name: str, settings: GenerationSettings, gen_names: list[str]) -> list[Any]:
     """The decoding preset applied on the current settings: the new value of each (dotted) field in gen_names."""
-    from ..inference.generate import apply_preset
+    from ..inference.presets import apply_preset
 
     new = apply_preset(name, settings)
     return [functools.reduce(getattr, n.split("."), new) for n in gen_names]

@@ -13,7 +13,7 @@ from engine.config import TrainConfig
 from engine.data.build import arrange_train
 from engine.data.curriculum import curriculum_keys, order
 from engine.data.formats import load_records
-from engine.data.packing import PackingCollator, first_fit_decreasing, next_fit, pack_examples, supports_packing
+from engine.data.packing import PackingCollator, first_fit_decreasing, next_fit, pack_examples, pack_for_steps, supports_packing
 from engine.data.tokenize import IGNORE_INDEX, tokenize_records
 from engine.errors import ConfigError, DataError
 
@@ -251,6 +251,60 @@ def test_curriculum_disables_shuffling(tmp_path, tokenizer):
 
 
 # --------------------------------------------------------------------------------------------------
+# Packing changes speed, not learning: as many micro-batches (and samples per step) as unpacked
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("lengths", "batch", "max_len"), [
+    ([random.Random(s).randrange(8, 90) for s in range(400)], 8, 256),   # short instruction rows
+    ([random.Random(s).randrange(20, 40) for s in range(100)], 16, 64),  # the date task's shape
+    ([5] * 37, 4, 128),                                                  # uneven last micro-batch
+    ([120, 120, 3, 3, 3, 3], 2, 128),                                    # long rows force a full capacity
+])
+@pytest.mark.parametrize("keep_order", [False, True])
+def test_pack_for_steps_keeps_the_micro_batches_of_an_unpacked_epoch(lengths, batch, max_len, keep_order):
+    import math
+
+    examples = _examples(lengths)
+    rows, rep = pack_for_steps(examples, max_len, batch, keep_order=keep_order)
+    unpacked = math.ceil(len(lengths) / batch)
+    assert rep.micro_batches == unpacked  # same optimizer steps per epoch: same schedule, same samples per step
+    assert rep.rows == len(rows) and rep.samples == len(lengths) and sum(len(r["input_ids"]) for r in rows) == sum(lengths)
+    assert all(len(r["input_ids"]) <= rep.max_len <= max_len for r in rows)
+    # balanced rows: a micro-batch holds about the tokens of an unpacked one, never more than padding would take
+    assert rep.rows_per_batch * rep.max_len <= batch * max(lengths)
+    per_batch = sum(lengths) / unpacked
+    assert rep.rows_per_batch * rep.max_len <= max(2 * per_batch, max(lengths) * rep.rows_per_batch)
+    if keep_order:  # a curriculum's order survives
+        order_seen = [p for r in rows for p in r["input_ids"]]
+        assert order_seen == [t for e in examples for t in e["input_ids"]]
+
+
+def test_pack_for_steps_summary_and_event_say_samples_and_tokens_per_micro_batch():
+    _, rep = pack_for_steps(_examples([10] * 64), 256, 8)
+    event = rep.as_event()
+    assert event["packed_rows_per_batch"] == 1 and event["samples_per_micro_batch"] == 8.0 and event["tokens_per_micro_batch"] == 80.0
+    assert "1 row(s) per micro-batch, about 8.0 samples and 80 tokens each" in rep.summary()
+
+
+def test_arrange_train_packs_to_the_micro_batch_and_the_trainer_uses_its_rows(tmp_path, tokenizer):
+    import math
+
+    from engine.data.build import TrainData
+    from engine.hardware.device import detect_device
+    from engine.training.trainer import training_args
+
+    cfg = TrainConfig(dataset="builtin:instructions", micro_batch_size=8, packing=True)
+    tok, rows, info = _arranged(cfg, tokenizer, pack=True, max_len=256)
+    assert math.ceil(info["packed_rows"] / info["packed_rows_per_batch"]) == math.ceil(len(tok.examples) / 8)
+    assert 6 <= info["samples_per_micro_batch"] <= 8
+    data = TrainData(rows, [], info)
+    args = training_args(cfg, tmp_path, detect_device(), torch.float32, has_eval=False, train_batch_size=data.train_batch_size)
+    assert args.per_device_train_batch_size == info["packed_rows_per_batch"] <= 8
+    assert TrainData([], [], {}).train_batch_size is None
+
+
+# --------------------------------------------------------------------------------------------------
 # A real run
 # --------------------------------------------------------------------------------------------------
 
@@ -260,7 +314,7 @@ def test_packed_training_run_finishes(method, runs_dir, tmp_path):
     from engine.runs import read_events
     from engine.training.run import run_training
 
-    cfg = TrainConfig(method=method, dataset="builtin:instructions", max_steps=3, micro_batch_size=2, max_seq_len=128, logging_steps=1,
+    cfg = TrainConfig(method=method, dataset="builtin:instructions", max_steps=3, micro_batch_size=8, max_seq_len=128, logging_steps=1,
                       save_steps=100, eval_fraction=0.1, learning_rate=1e-3, packing=True, curriculum="short-to-long")
     done = run_training(cfg, tmp_path / "run", runs_dir=runs_dir)
     assert done["type"] == "done" and done["steps"] == 3 and done["eval_loss"] is not None

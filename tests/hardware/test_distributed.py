@@ -38,9 +38,12 @@ def _free_port() -> int:
 
 
 def _launch(runs_dir: Path, tmp_path: Path, cfg: TrainConfig, run_dir: Path, on_start=None, timeout: int = 420,
-            extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+            extra: tuple[str, ...] = (), resume: bool = False) -> subprocess.CompletedProcess:
+    if resume:  # a resumed run always reads its own config.yaml (engine/cli.py refuses any other)
+        config, extra = run_dir / "config.yaml", ("--resume", *extra)
+    else:
+        config = tmp_path / "run.yaml"
+        config.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
     argv = shlex.split(LAUNCH.replace("run.yaml", str(config)))
     assert argv[:2] == ["accelerate", "launch"]
     # Flags accelerate would otherwise ask `accelerate config` for; a free rendezvous port (other tests may run).
@@ -132,7 +135,7 @@ def test_two_processes_train_one_run(runs_dir, tmp_path):
 
 @pytest.mark.slow
 def test_stop_file_stops_every_rank(runs_dir, tmp_path):
-    cfg = _cfg("t-ddp-stop", max_steps=400, save_steps=1000, eval_fraction=0.0, dataset="builtin:instructions")
+    cfg = _cfg("t-ddp-stop", max_steps=12, save_steps=1000, eval_fraction=0.0, dataset="builtin:instructions")
     run_dir = runs_dir / cfg.run_name
 
     def stop_after_two_steps(proc):
@@ -151,14 +154,13 @@ def test_stop_file_stops_every_rank(runs_dir, tmp_path):
     events = read_events(run_dir)
     stopped = [e for e in events if e["type"] == "stopped"]
     assert len(stopped) == 1 and events[-1]["type"] == "stopped", [e["type"] for e in events]
-    assert 2 <= stopped[0]["step"] < 400 and stopped[0]["checkpoint"] == f"checkpoint-{stopped[0]['step']}"
+    assert 2 <= stopped[0]["step"] < 12 and stopped[0]["checkpoint"] == f"checkpoint-{stopped[0]['step']}"
     assert not (run_dir / "STOP").exists()
-    # resumed by the same launch command: both ranks pick the same checkpoint and finish the (shortened) run
-    target = stopped[0]["step"] + 2
-    res = _launch(runs_dir, tmp_path, cfg, run_dir, extra=("--resume", "--max-steps", str(target)))
+    # resumed by the same launch command with the run's own config: both ranks pick the same checkpoint and finish
+    res = _launch(runs_dir, tmp_path, cfg, run_dir, resume=True)
     assert res.returncode == 0, res.stdout[-4000:]
     events = read_events(run_dir)
-    assert events[-1]["type"] == "done" and events[-1]["steps"] == target
+    assert events[-1]["type"] == "done" and events[-1]["steps"] == 12
     assert [e["resumed_from"] for e in events if e["type"] == "start"][-1] == stopped[0]["checkpoint"]
 
 

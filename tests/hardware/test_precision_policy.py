@@ -165,7 +165,7 @@ def test_form_refuses_explicit_fp16_for_gemma_on_a_t4(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize(("tier", "model", "expected"), [
     ("t4-16gb", "gemma-2b", "fp32"), ("t4-16gb", "llama-3.2-1b", "fp16"),
-    ("gpu-12gb", "gemma-2b", "bf16"), ("a100-40gb", "gemma-2b", "bf16"), ("cpu-16gb", "gemma-2b", "fp32"),
+    ("gpu-12gb", "gemma-2b", "bf16"), ("a100-40gb", "gemma-2b", "bf16"), ("cpu-16gb", "gemma-2b", "auto"),
 ])
 def test_hardware_preset_picks_the_same_precision(tier, model, expected):
     from engine.estimator.recipes import apply_recipe

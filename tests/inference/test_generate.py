@@ -12,7 +12,8 @@ from conftest import CPU, tiny_model_dir
 from engine.config import GenerationSettings, QuantSettings
 from engine.errors import GenerationError
 from engine.inference.decoding import end_token_ids, flatten_content, merged_stop_strings
-from engine.inference.generate import apply_preset, generate_text, generation_presets, stream_generate
+from engine.inference.generate import generate_text, stream_generate
+from engine.inference.presets import apply_preset, generation_presets
 from engine.models.loading import LoadedModel, load_model
 
 GREEDY = GenerationSettings(max_new_tokens=40, do_sample=False, repetition_penalty=1.0)

@@ -50,7 +50,7 @@ def test_config_from_form_sets_the_quantization_from_the_method_and_keeps_upload
 def test_prediction_and_reproduce_command(tmp_path):
     cfg = train_config_from_form(_values(), None, None, upload_dir=tmp_path, runs_dir=tmp_path)
     text, verdict = memory_prediction(cfg)
-    assert text.startswith("Effective batch **16** (micro batch 16 × accumulation 1).") and verdict in ("fits", "tight", "no")
+    assert text.startswith("Effective batch **16** (micro batch 16 × accumulation 1) · precision **") and verdict in ("fits", "tight", "no")
     text, verdict = memory_prediction(TrainConfig(base_model="run:earlier"))
     assert verdict is None and "shown once the run starts" in text
     cmd = reproduce_command(cfg)

@@ -133,7 +133,7 @@ def test_compare_settings_fix_a_random_seed_only_when_sampling():
 
 
 def test_preset_values_follow_the_field_names():
-    from engine.inference.generate import apply_preset, generation_presets
+    from engine.inference.presets import apply_preset, generation_presets
 
     name = next(iter(generation_presets()))
     current = GenerationSettings()
