@@ -146,7 +146,7 @@ def go_template(layout: dict[str, Any]) -> str:
 
 def ollama_parameters(preset: str) -> list[tuple[str, Any]]:
     """(name, value) PARAMETER lines for a decoding preset of presets/generation.yaml, in Ollama's names."""
-    from ..inference.generate import apply_preset
+    from ..inference.presets import apply_preset
 
     s = apply_preset(preset)
     params: list[tuple[str, Any]] = [("temperature", 0 if not s.do_sample else s.temperature)]

@@ -207,9 +207,18 @@ def onnx_export_check(loaded: Any, ref: str, prompts_text: str | None, runs_dir:
     """Export the model to ONNX in the exports folder and compare it with PyTorch on the prompts (one a line; "Hello" if
     none): the (check, value) rows, scalars only, and the zip to download. The zip holds the whole export folder:
     model.onnx, its weights file model.onnx.data (without it the graph loads nowhere), the tokenizer and onnx_info.json."""
+    import copy
+    import dataclasses
+
+    import torch
+
     from ..export.merge import zip_export
     from ..export.onnx import compare_onnx, export_onnx
 
+    if loaded.dtype != torch.float32 and loaded.quant.mode == "none":
+        # the playground may compute in bf16 (a CPU fast at it); the ONNX file is the portable fp32 model, and it is
+        # compared with the same fp32 weights
+        loaded = dataclasses.replace(loaded, model=copy.deepcopy(loaded.model).float(), dtype=torch.float32)
     path = export_onnx(loaded, export_path(f"onnx-{ref.replace(':', '-').replace('/', '-')}"), runs_dir=runs_dir)
     prompts = [p for p in (prompts_text or "").splitlines() if p.strip()] or ["Hello"]
     result = compare_onnx(loaded, path, prompts, no_cache_baseline=True)
