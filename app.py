@@ -47,16 +47,20 @@ ESTIMATE = {"concurrency_limit": 2, "concurrency_id": "estimate"}  # the estimat
 # ---- Widgets generated from the config dataclasses -----------------------------------------------
 
 def named(comp: gr.components.Component, field: str) -> gr.components.Component:
-    """A gr.Number or gr.Slider whose wrongly typed API values (text, a list...) are refused with a message naming the
-    field; gradio's own says only "input component at index N". (The instance's preprocess is wrapped: a subclass of a
-    gradio component would make gradio write a .pyi stub beside this file.)"""
+    """A gr.Number, gr.Slider or gr.Dropdown whose wrong API values (text for a number, a value outside the choices...)
+    are refused with a message naming the field; gradio's own says only "input component at index N" or "Value: X is
+    not in the list of choices". (The instance's preprocess is wrapped: a subclass of a gradio component would make
+    gradio write a .pyi stub beside this file.)"""
     original = comp.preprocess
-    allowed = f"a number from {comp.minimum:g} to {comp.maximum:g}" if isinstance(comp, gr.Slider) else "a number"
+    if isinstance(comp, gr.Dropdown):
+        allowed = "one of " + ", ".join(repr(c[1] if isinstance(c, tuple) else c) for c in (comp.choices or []))
+    else:
+        allowed = f"a number from {comp.minimum:g} to {comp.maximum:g}" if isinstance(comp, gr.Slider) else "a number"
 
     def preprocess(payload: Any) -> Any:
         try:
             return original(payload)
-        except (TypeError, ValueError, OverflowError):
+        except (TypeError, ValueError, OverflowError, gr.Error):
             raise gr.Error(f"{field} = {payload!r} is not allowed: {allowed}.") from None
 
     comp.preprocess = preprocess
@@ -81,7 +85,7 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
         elif spec.type is bool:
             comps[name] = gr.Checkbox(**common)
         elif spec.choices:
-            comps[name] = gr.Dropdown(choices=list(spec.choices), **common)
+            comps[name] = named(gr.Dropdown(choices=list(spec.choices), **common), name)
         elif spec.type in (int, float) and spec.min is not None and spec.max is not None and spec.step and (spec.max - spec.min) / spec.step <= 5000:
             comps[name] = named(gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common), name)
         elif spec.type in (int, float):
