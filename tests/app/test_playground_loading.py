@@ -43,9 +43,13 @@ def runs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(runs):
+    # fp32 compute: "merging does not change what the model says" is exact in fp32; in bf16 (auto on a CPU fast at it)
+    # an adapter applied on the fly and one folded into the weights round differently
     try:
-        with running_app(runs) as demo:
-            yield Client(demo.local_url, verbose=False)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("COMPACT_LAB_CPU_BF16", "0")
+            with running_app(runs) as demo:
+                yield Client(demo.local_url, verbose=False)
     finally:
         MODEL_CACHE.unload_all()
 
