@@ -125,9 +125,9 @@ def _spy_queries(monkeypatch) -> list[str]:
     seen: list[str] = []
     real = handoff.query_from_train
 
-    def spy(cfg, dtype, model=None):
+    def spy(cfg, dtype, model=None, **kw):
         seen.append(dtype)
-        return real(cfg, dtype, model)
+        return real(cfg, dtype, model, **kw)
 
     monkeypatch.setattr(handoff, "query_from_train", spy)
     return seen
