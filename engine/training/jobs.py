@@ -310,7 +310,7 @@ class JobManager:
                 raise JobError(f"Run '{name}' has not finished; merge needs its final adapter.")
             run_dir = summary.path
             cmd = [self.python, "-m", "engine", "merge", name, "--device", device, "--dtype", dtype]
-            env = dict(os.environ)
+            env = child_env(os.environ)  # shared mode: no Hub token in a visitor's merge either
             env.setdefault("PYTHONUNBUFFERED", "1")
             env["COMPACT_LAB_RUNS"] = str(self.runs_dir)
             env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
