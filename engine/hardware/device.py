@@ -194,13 +194,18 @@ def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str =
     return _DTYPES[choice]
 
 
-def precision_reason(device: DeviceInfo | None = None) -> str:
-    """One line saying what `auto` computes in on `device` and why, for the fine-tune form and the logs."""
+def precision_reason(device: DeviceInfo | None = None, model_type: str | None = None) -> str:
+    """One line saying what `auto` computes in on `device` (for a model whose config.json says `model_type`) and
+    why, for the fine-tune form and the logs; it follows `resolve_dtype`."""
     device = device or detect_device()
     if device.kind == "cuda":
         cap = ".".join(map(str, device.capability or ()))
-        return (f"auto picks bf16: {device.name} (compute capability {cap}) has bf16 units" if device.bf16
-                else f"auto picks fp16 mixed precision: {device.name} (compute capability {cap}) has no bf16")
+        if device.bf16:
+            return f"auto picks bf16: {device.name} (compute capability {cap}) has bf16 units"
+        rule = fp16_rule(model_type)
+        if rule is not None:
+            return f"auto picks fp32: {rule.name} overflows in fp16 and {device.name} (compute capability {cap}) has no bf16"
+        return f"auto picks fp16 mixed precision: {device.name} (compute capability {cap}) has no bf16"
     from .cpu_bf16 import bf16_reason
 
     return bf16_reason(device.name)

@@ -128,10 +128,11 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
     if removed:
         log.warning("discarded incomplete checkpoints: %s", removed)
     started = time.time()
-    dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=_model_type(cfg, runs_dir, device))
+    model_type = _model_type(cfg, runs_dir, device)
+    dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=model_type)
     events.write("start", run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset,
                  resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""),
-                 precision_note=precision_reason(device) if cfg.precision == "auto" else f"{cfg.precision}, as chosen",
+                 precision_note=precision_reason(device, model_type) if cfg.precision == "auto" else f"{cfg.precision}, as chosen",
                  world_size=distributed.world_size())
     reset_peak(device)
     return RunContext(cfg, run_dir, runs_dir, device, dtype, events, main, checkpoint, started)

@@ -71,8 +71,9 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None) -> tuple[s
     from ..hardware.device import detect_device, dtype_name, precision_reason, resolve_dtype
 
     device = detect_device()
-    dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=form_model_type(cfg, runs_dir) if device.kind == "cuda" else None)
-    why = precision_reason(device) if cfg.precision == "auto" else "as chosen"
+    model_type = form_model_type(cfg, runs_dir) if device.kind == "cuda" else None
+    dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=model_type)
+    why = precision_reason(device, model_type) if cfg.precision == "auto" else "as chosen"
     head = (f"Effective batch **{cfg.micro_batch_size * cfg.grad_accum}** (micro batch {cfg.micro_batch_size} × accumulation {cfg.grad_accum}) · "
             f"precision **{dtype_name(dtype)}** ({why}).")
     if cfg.base_model.startswith("run:"):

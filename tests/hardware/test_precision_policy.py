@@ -174,3 +174,14 @@ def test_hardware_preset_picks_the_same_precision(tier, model, expected):
     assert applied.values["precision"] == expected
     if expected == "fp32" and tier.startswith("t4"):
         assert any("overflows in fp16" in c for c in applied.changes)
+
+
+def test_the_form_says_why_auto_picks_fp32_for_an_unsafe_family(monkeypatch, tmp_path):
+    from engine.hardware.device import precision_reason
+    from engine.views.finetune_form import memory_prediction
+
+    assert precision_reason(T4, "llama").startswith("auto picks fp16 mixed precision")
+    assert precision_reason(A100, "gemma").startswith("auto picks bf16")
+    monkeypatch.setattr(device_mod, "detect_device", lambda: T4)
+    text, _ = memory_prediction(TrainConfig(method="qlora", base_model="gemma-2b", dataset="builtin:dates"), tmp_path)
+    assert "precision **fp32** (auto picks fp32: " in text and "overflows in fp16" in text
