@@ -153,6 +153,24 @@ def chat_texts(tokenizer) -> list[str]:
     ]
 
 
+def fit_and_save(model, tokenizer, dest: Path, steps: int) -> Path:
+    """Train `model` a few full-batch steps on the chat exchanges (so that greedy outputs are not ties), then save it
+    with its tokenizer into `dest`."""
+    batch = tokenizer(chat_texts(tokenizer), return_tensors="pt", padding=True)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        model(**batch, labels=labels).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+    dest.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    return dest
+
+
 def build_tiny_model(
     dest: Path, *, steps: int = 120, max_positions: int = 64, seed: int = 0, bias: bool = True
 ) -> Path:
@@ -182,20 +200,7 @@ def build_tiny_model(
     torch.manual_seed(seed)
     model = CompactForCausalLM(config)
     tokenizer.padding_side = "right"
-    batch = tokenizer(chat_texts(tokenizer), return_tensors="pt", padding=True)
-    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(steps):
-        loss = model(**batch, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    model.eval()
-    dest.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(dest)
-    tokenizer.save_pretrained(dest)
-    return dest
+    return fit_and_save(model, tokenizer, dest, steps)
 
 
 @functools.cache
@@ -449,16 +454,4 @@ def build_tiny_hf_model(dest: Path, kind: str, *, steps: int = 40, seed: int = 0
                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=kind == "qwen2")
     torch.manual_seed(seed)
     model = model_cls(config)
-    batch = tokenizer(chat_texts(tokenizer), return_tensors="pt", padding=True)
-    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(steps):
-        model(**batch, labels=labels).loss.backward()
-        opt.step()
-        opt.zero_grad()
-    model.eval()
-    dest.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(dest)
-    tokenizer.save_pretrained(dest)
-    return dest
+    return fit_and_save(model, tokenizer, dest, steps)

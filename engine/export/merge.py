@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -177,22 +178,9 @@ def zip_run(run_dir: Path, *, include_checkpoints: bool = False, out_path: Path 
         raise EngineError(f"There is no run folder {run_dir.name!r} to zip.")
     out_path = Path(out_path) if out_path else run_dir.parent / "_exports" / f"{run_dir.name}.zip"
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for path in sorted(run_dir.rglob("*")):
-                rel = path.relative_to(run_dir)
-                if not path.is_file() or path.is_symlink() or _skip(rel, include_checkpoints):
-                    continue
-                method = zipfile.ZIP_STORED if path.suffix in _STORED_SUFFIXES else zipfile.ZIP_DEFLATED
-                zf.write(path, f"{run_dir.name}/{rel.as_posix()}", compress_type=method)
-        os.replace(tmp, out_path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return out_path
+    files = (p for p in sorted(run_dir.rglob("*"))
+             if p.is_file() and not p.is_symlink() and not _skip(p.relative_to(run_dir), include_checkpoints))
+    return _write_zip(out_path, run_dir, files)
 
 
 def zip_export(folder: Path, out_path: Path | None = None) -> Path:
@@ -200,15 +188,21 @@ def zip_export(folder: Path, out_path: Path | None = None) -> Path:
     compress); beside the folder by default. Written to a temp name, then renamed."""
     folder = Path(folder)
     out_path = Path(out_path) if out_path else folder.parent / f"{folder.name}.zip"
+    files = (p for p in sorted(folder.rglob("*")) if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    return _write_zip(out_path, folder, files)
+
+
+def _write_zip(out_path: Path, root: Path, files: Iterable[Path]) -> Path:
+    """Zip `files` (under `root`) as `<root name>/<relative path>` into `out_path`, atomically: written to a temp name,
+    then renamed. Weights are stored, not deflated (they do not compress)."""
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
-            for path in sorted(folder.rglob("*")):
-                if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts):
-                    method = zipfile.ZIP_STORED if path.suffix in _STORED_SUFFIXES else zipfile.ZIP_DEFLATED
-                    zf.write(path, f"{folder.name}/{path.relative_to(folder).as_posix()}", compress_type=method)
+            for path in files:
+                method = zipfile.ZIP_STORED if path.suffix in _STORED_SUFFIXES else zipfile.ZIP_DEFLATED
+                zf.write(path, f"{root.name}/{path.relative_to(root).as_posix()}", compress_type=method)
         os.replace(tmp, out_path)
     except BaseException:
         tmp.unlink(missing_ok=True)
