@@ -455,3 +455,23 @@ def build_tiny_hf_model(dest: Path, kind: str, *, steps: int = 40, seed: int = 0
     torch.manual_seed(seed)
     model = model_cls(config)
     return fit_and_save(model, tokenizer, dest, steps)
+
+
+def form_api_values(upload: Any = None, **overrides: Any) -> list[Any]:
+    """The fine-tune form's API values in the app's input order: (dataset upload, *form fields, eval upload), with the
+    form's defaults, 2 steps, and `overrides` by field name."""
+    from engine.config import TrainConfig
+    from engine.fields import field_specs
+    from engine.views.finetune_form import FT_DATA, FT_DEFAULTS, FT_LORA, FT_MAIN, FT_RUN, FT_TRAIN
+
+    values = {**{s.name: s.default for s in field_specs(TrainConfig)}, **FT_DEFAULTS, "max_steps": 2, **overrides}
+    return [upload, *[values[n] for n in FT_MAIN + FT_TRAIN + FT_LORA + FT_RUN + FT_DATA], None]
+
+
+def gen_api_values(**overrides: Any) -> list[Any]:
+    """The decoding settings' API values in field order: greedy, 2 new tokens, and `overrides` by field name."""
+    from engine.config import GenerationSettings
+    from engine.fields import field_specs
+
+    values = {**{s.name: s.default for s in field_specs(GenerationSettings)}, "max_new_tokens": 2, "do_sample": False, **overrides}
+    return [values[s.name] for s in field_specs(GenerationSettings)]

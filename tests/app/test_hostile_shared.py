@@ -17,30 +17,20 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import evil_hub_model, make_adapter_run, parquet_bomb, running_app, stubborn_run, wait_for_no_live_run, write_jsonl
+from conftest import form_api_values as form
+from conftest import gen_api_values as gen
 
 gr = pytest.importorskip("gradio")
 from gradio_client import Client, handle_file  # noqa: E402
 
-from engine.config import GenerationSettings, MemoryQuery, TrainConfig  # noqa: E402
+from engine.config import MemoryQuery  # noqa: E402
 from engine.fields import field_specs  # noqa: E402
 from engine.runs import EventLog  # noqa: E402
-from engine.views.finetune_form import FT_DATA, FT_DEFAULTS, FT_LORA, FT_MAIN, FT_RUN, FT_TRAIN  # noqa: E402
 
 FAKE_TOKEN = "hf_FAKEownerTOKENdoNotLeak1234567890"
-FT_NAMES = FT_MAIN + FT_TRAIN + FT_LORA + FT_RUN + FT_DATA
 EST_NAMES = [s.name for s in field_specs(MemoryQuery) if s.name != "model"]
-GEN_NAMES = [s.name for s in field_specs(GenerationSettings)]
 
 
-def form(upload=None, **overrides):
-    """The fine-tune form's API values: (dataset upload, *form fields, eval upload)."""
-    values = {**{s.name: s.default for s in field_specs(TrainConfig)}, **FT_DEFAULTS, "max_steps": 2, **overrides}
-    return [upload, *[values[n] for n in FT_NAMES], None]
-
-
-def gen(**overrides):
-    values = {**{s.name: s.default for s in field_specs(GenerationSettings)}, "max_new_tokens": 2, "do_sample": False, **overrides}
-    return [values[n] for n in GEN_NAMES]
 
 
 def est(**overrides):
