@@ -26,7 +26,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine import sharing
+from engine import i18n, sharing
 from engine.config import GenerationSettings, GgufSettings, MemoryQuery, QuantSettings, TrainConfig
 from engine.data.files import MAX_FILE_BYTES
 from engine.errors import EngineError
@@ -43,6 +43,73 @@ GPU = {"concurrency_limit": 1, "concurrency_id": "gpu"}  # one generation, evalu
 JOBS = {"concurrency_limit": 1, "concurrency_id": "jobs"}  # one start, resume or retry of a training run at a time
 QUIET = {"queue": False, "show_progress": "hidden"}  # instant updates as the form changes
 ESTIMATE = {"concurrency_limit": 2, "concurrency_id": "estimate"}  # the estimator's architecture work, queued (a shared app's visitors take turns)
+
+# ---- Languages: static texts translated in the browser, server-built texts in the visitor's language ----------------
+
+I18N = gr.I18n(**i18n.translations())
+T = I18N  # T("finetune.start"): a static text, translated by the browser (presets/lang/*.yaml)
+
+# The language: the browser's (gradio's gr.I18n follows navigator.language) unless the page's switch chose one (kept in
+# local storage, applied at load through gradio's own changeLocale). A cookie tells the server (lang_of), so texts built
+# there (statuses, tables, errors) come in the same language.
+LANG_HEAD = """<script>
+(() => {
+  let l = null;
+  try { l = localStorage.getItem("%(cookie)s"); } catch (e) {}
+  const eff = (l || navigator.language || "en").toLowerCase().startsWith("pt") ? "pt-BR" : "en";
+  document.cookie = "%(cookie)s=" + eff + "; path=/; max-age=31536000; SameSite=Lax";
+  window.labSetLocale = async (lang) => {
+    const url = performance.getEntriesByType("resource").map((e) => e.name).find((n) => /\/assets\/core-[^/]*\.js$/.test(n));
+    if (url) { try { (await import(url)).changeLocale(lang); } catch (e) {} }
+  };
+  if (l) window.labSetLocale(l);  // gradio runs this head before it mounts the page: labels come in the chosen language
+})();
+</script>""" % {"cookie": i18n.COOKIE}
+LANG_SWITCH_JS = """(l) => {
+  try { localStorage.setItem("%(cookie)s", l); } catch (e) {}
+  document.cookie = "%(cookie)s=" + l + "; path=/; max-age=31536000; SameSite=Lax";
+  location.reload();
+  return l;
+}""" % {"cookie": i18n.COOKIE}
+LANG_NOW_JS = """async () => {
+  let saved = null;
+  try { saved = localStorage.getItem("%(cookie)s"); } catch (e) {}
+  if (saved && window.labSetLocale) await window.labSetLocale(saved);
+  const l = saved || navigator.language || "en";
+  return l.toLowerCase().startsWith("pt") ? "pt-BR" : "en";
+}""" % {"cookie": i18n.COOKIE}
+
+
+def lang_of(request: gr.Request | None = None) -> str:
+    """The visitor's language ("en" or "pt-BR"): the page's language cookie, else the browser's Accept-Language. Without
+    a request argument, the one of the event being handled (gradio keeps it in a context variable)."""
+    if request is None:
+        from gradio.context import LocalContext
+
+        request = LocalContext.request.get(None)
+    return i18n.lang_from_headers(getattr(request, "headers", None))
+
+
+def tr(key: str, /, **params: Any) -> str:
+    """A server-built text in the visitor's language (status lines, messages, table headers)."""
+    return i18n.t(key, lang_of(), **params)
+
+
+def launch_options() -> dict[str, Any]:
+    """What demo.launch needs besides the address (app.main and the tests): languages, theme, page head and style."""
+    return {"i18n": I18N, "theme": gr.themes.Soft(), "head": LANG_HEAD, "css": CSS}
+
+
+CSS = ""
+
+
+def language_switch() -> gr.Radio:
+    """Português | English, at the top of the page: reloads the page in the chosen language (kept in the browser)."""
+    switch = gr.Radio(choices=[("Português", "pt-BR"), ("English", "en")], value=None, label=T("app.language"), show_label=False,
+                      container=False, elem_id="lang-switch")
+    switch.input(None, [switch], [switch], js=LANG_SWITCH_JS)
+    return switch
+
 
 # ---- Widgets generated from the config dataclasses -----------------------------------------------
 
@@ -79,7 +146,8 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
             continue
         spec = specs[name]
         value = values.get(name, spec.default)
-        common = {"label": spec.label, "info": spec.help, "value": value, "elem_id": f"{cls.__name__}-{name}".replace(".", "-")}
+        key = f"field.{cls.__name__}.{name}"
+        common = {"label": T(f"{key}.label"), "info": T(f"{key}.help"), "value": value, "elem_id": f"{cls.__name__}-{name}".replace(".", "-")}
         if name in suggest:
             comps[name] = gr.Dropdown(choices=suggest[name], allow_custom_value=True, **common)
         elif spec.type is bool:
@@ -90,8 +158,7 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
             comps[name] = named(gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common), name)
         elif spec.type in (int, float):
             # No gradio-side bounds: the dataclass validates, with a message that names the field.
-            bounds = f" Allowed: {spec.min:g} to {spec.max:g}." if spec.min is not None and spec.max is not None else ""
-            comps[name] = named(gr.Number(precision=0 if spec.type is int else None, **{**common, "info": spec.help + bounds}), name)
+            comps[name] = named(gr.Number(precision=0 if spec.type is int else None, **common), name)
         else:
             comps[name] = gr.Textbox(**common)
     return comps
@@ -103,15 +170,14 @@ def ui_errors(fn):
 
     def unexpected(exc: Exception) -> gr.Error:
         logging.getLogger("app").exception("unexpected error in %s", fn.__name__)
-        return gr.Error(f"Unexpected error ({type(exc).__name__}) in {fn.__name__.removeprefix('on_')}: the request could not be "
-                        "completed. Check the values you sent; the server's log has the details.")
+        return gr.Error(tr("message.unexpected", kind=type(exc).__name__, where=fn.__name__.removeprefix("on_")))
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except EngineError as exc:
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(exc.render(lang_of())) from None
         except gr.Error:
             raise
         except Exception as exc:  # noqa: BLE001 - never a traceback (or a server path) in the browser
@@ -122,7 +188,7 @@ def ui_errors(fn):
         try:
             yield from fn(*args, **kwargs)
         except EngineError as exc:
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(exc.render(lang_of())) from None
         except gr.Error:
             raise
         except Exception as exc:  # noqa: BLE001 - as above
@@ -714,15 +780,16 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         # closed tabs and app restarts. At the top level: components inside a tab are not mounted until the tab is
         # opened, and an unmounted BrowserState is never read from or saved to the browser.
         browser_key = gr.BrowserState(None, storage_key="compact-llm-lab-owner")
+        lang_switch = language_switch()
         gr.Markdown("# Compact LLM Lab\nEstimate memory, fine-tune with QLoRA/LoRA, and generate — on a small GPU, a free Colab T4, or a CPU. "
                     + ("This is a shared app: your runs and files are yours alone; others can see that runs exist." if sharing.is_shared()
                        else f"Runs are saved in `{runs_dir}`."))
         with gr.Tabs():
-            with gr.Tab("Memory estimator"):
+            with gr.Tab(T("estimator.tab")) as est_tab:
                 est = build_estimator(upload_dir, jobs)
-            with gr.Tab("Fine-tune"):
+            with gr.Tab(T("finetune.tab")) as ft_tab:
                 ft = build_finetune(jobs, upload_dir, allow_local_models)
-            with gr.Tab("Playground") as pg_tab:
+            with gr.Tab(T("playground.tab")) as pg_tab:
                 pg = build_playground(jobs, allow_local_models)
 
         form = ft["form"]
@@ -735,6 +802,10 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
 
         est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], list(form.values()), api_name="copy_to_finetune")
         demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate", **ESTIMATE)
+        demo.load(None, None, [lang_switch], js=LANG_NOW_JS)
+        # gradio translates a tab's label when the tab is first shown: the others come from the server, in the page's language
+        demo.load(lambda: [gr.Tab(label=tr(f"{k}.tab")) for k in ("estimator", "finetune", "playground")], None, [est_tab, ft_tab, pg_tab],
+                  queue=False, api_visibility="private")
         demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"], ft["form"]["base_model"], ft["form"]["teacher_model"]])
         demo.load(ft["init_owner"], [browser_key], [browser_key, ft["owner"]], api_visibility="private", queue=False)
         demo.load(ft["offer"], None, ft["offer_outputs"], api_name="interrupted_run")
@@ -817,8 +888,8 @@ def main(argv: list[str] | None = None) -> None:
     # No allowed_paths: files handed back (zips, CSVs, ONNX) are copied by gradio into its own cache from a private folder.
     # show_error: gradio's own input checks (a value outside a dropdown's choices) reach an API caller as a message;
     # every handler turns its own errors into messages without server details (ui_errors).
-    demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), auth=auth,
-                max_file_size=MAX_FILE_BYTES, show_error=True, mcp_server=args.mcp)
+    demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, auth=auth,
+                max_file_size=MAX_FILE_BYTES, show_error=True, mcp_server=args.mcp, **launch_options())
 
 
 if __name__ == "__main__":

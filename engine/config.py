@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .errors import ConfigError
-from .fields import opt, validate
+from . import i18n
+from .fields import field_texts, opt, validate
 from .refs import BUILTIN_PREFIX, check_hub_config, check_hub_ref, check_split, is_folder_safe_name, is_hub_ref, parse_columns
 from .sharing import check_remote_code
 
@@ -421,3 +422,9 @@ class GgufSettings:
         validate(self)
         if not str(self.preset).strip():
             raise ConfigError("preset", self.preset, "a decoding preset name from presets/generation.yaml (precise, balanced, creative)")
+
+
+# The dataclasses the web form and the CLI are generated from: their English labels and help become the language files'
+# `field.*` keys (engine/i18n.py), translated in presets/lang/pt-BR.yaml.
+FORM_CLASSES: list[type] = [TrainConfig, MemoryQuery, GenerationSettings, GgufSettings, QuantSettings]
+i18n.register_fields(field_texts(FORM_CLASSES))

@@ -10,9 +10,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import i18n
+
 
 class EngineError(Exception):
-    """Base class: the message is meant for the end user."""
+    """Base class: the message is meant for the end user.
+
+    Raised with a language-file key and its parameters (`EngineError(key="message.x", name=...)`), the message is
+    rendered in the visitor's language by the UI (`render(lang)`) and in the command line's language by `str()`; raised
+    with a plain text, that text is shown as is."""
+
+    def __init__(self, message: str = "", *, key: str | None = None, **params: Any) -> None:
+        self.key, self.params = key, params
+        super().__init__(message or (i18n.t(key, i18n.cli_lang(), **params) if key else ""))
+
+    def render(self, lang: str) -> str:
+        """The message in `lang` ("en" or "pt-BR")."""
+        return i18n.t(self.key, lang, **self.params) if self.key else str(self)
 
 
 class ConfigError(EngineError):
@@ -22,7 +36,7 @@ class ConfigError(EngineError):
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{field} = {value!r} is not allowed: {allowed}.")
+        super().__init__(key="message.config_error", field=field, value=repr(value), allowed=allowed)
 
 
 class DataError(EngineError):

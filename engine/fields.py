@@ -249,3 +249,14 @@ def validate(obj: Any) -> None:
     """Range + choice validation shared by every config's __post_init__."""
     _check_choices(obj)
     _check_range(obj)
+
+
+def field_texts(classes: list[type]) -> dict[str, str]:
+    """The English label and help of every field of these dataclasses as language-file keys
+    (`field.<Class>.<dotted name>.label|help`, engine/i18n.py): the metadata is their single English source."""
+    out: dict[str, str] = {}
+    for cls in classes:
+        for spec in field_specs(cls):
+            out[f"field.{cls.__name__}.{spec.name}.label"] = spec.label
+            out[f"field.{cls.__name__}.{spec.name}.help"] = spec.help
+    return out

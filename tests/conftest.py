@@ -66,7 +66,7 @@ def running_app(runs: Path, *, launch: dict | None = None, **build_kwargs):
 
     demo = app.build_app(runs, **build_kwargs)
     demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True,
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True, **app.launch_options(),
                 **{"mcp_server": bool(build_kwargs.get("mcp")), **(launch or {})})
     try:
         yield demo

@@ -16,7 +16,7 @@ ENGINE = ROOT / "engine"
 
 # Layers, bottom to top: a module may import its own layer and the layers below, never above.
 LAYERS = [
-    {"errors", "fields", "refs", "sharing"},
+    {"errors", "fields", "i18n", "refs", "sharing"},
     {"config"},
     {"runs", "hardware"},
     {"models", "data", "estimator"},
