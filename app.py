@@ -29,7 +29,7 @@ import gradio as gr
 from engine import i18n, sharing
 from engine.config import GenerationSettings, GgufSettings, MemoryQuery, QuantSettings, TrainConfig
 from engine.data.files import MAX_FILE_BYTES
-from engine.errors import EngineError
+from engine.errors import ConfigError, EngineError
 from engine.estimator import memory, recipes
 from engine.estimator.handoff import check_ui_estimator_model
 from engine.fields import field_specs, from_flat
@@ -113,22 +113,25 @@ def language_switch() -> gr.Radio:
 
 # ---- Widgets generated from the config dataclasses -----------------------------------------------
 
-def named(comp: gr.components.Component, field: str) -> gr.components.Component:
+def named(comp: gr.components.Component, field: str, owner: str | None = None) -> gr.components.Component:
     """A gr.Number, gr.Slider or gr.Dropdown whose wrong API values (text for a number, a value outside the choices...)
-    are refused with a message naming the field; gradio's own says only "input component at index N" or "Value: X is
-    not in the list of choices". (The instance's preprocess is wrapped: a subclass of a gradio component would make
-    gradio write a .pyi stub beside this file.)"""
+    are refused with a message naming the field (by its label too when `owner`, the form's dataclass, has one) and what
+    is allowed, in the visitor's language; gradio's own says only "input component at index N" or "Value: X is not in
+    the list of choices". (The instance's preprocess is wrapped: a subclass of a gradio component would make gradio
+    write a .pyi stub beside this file.)"""
     original = comp.preprocess
     if isinstance(comp, gr.Dropdown):
-        allowed = "one of " + ", ".join(repr(c[1] if isinstance(c, tuple) else c) for c in (comp.choices or []))
+        allowed = {"allowed": "choices", "choices": [c[1] if isinstance(c, tuple) else c for c in (comp.choices or [])]}
+    elif isinstance(comp, gr.Slider):
+        allowed = {"allowed": "range", "min": comp.minimum, "max": comp.maximum}
     else:
-        allowed = f"a number from {comp.minimum:g} to {comp.maximum:g}" if isinstance(comp, gr.Slider) else "a number"
+        allowed = {"allowed": "whole_number" if getattr(comp, "precision", None) == 0 else "number"}
 
     def preprocess(payload: Any) -> Any:
         try:
             return original(payload)
         except (TypeError, ValueError, OverflowError, gr.Error):
-            raise gr.Error(f"{field} = {payload!r} is not allowed: {allowed}.") from None
+            raise gr.Error(ConfigError.of(field, payload, owner=owner, **allowed).render(lang_of())) from None
 
     comp.preprocess = preprocess
     return comp
@@ -153,12 +156,12 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
         elif spec.type is bool:
             comps[name] = gr.Checkbox(**common)
         elif spec.choices:
-            comps[name] = named(gr.Dropdown(choices=list(spec.choices), **common), name)
+            comps[name] = named(gr.Dropdown(choices=list(spec.choices), **common), name, cls.__name__)
         elif spec.type in (int, float) and spec.min is not None and spec.max is not None and spec.step and (spec.max - spec.min) / spec.step <= 5000:
-            comps[name] = named(gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common), name)
+            comps[name] = named(gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common), name, cls.__name__)
         elif spec.type in (int, float):
             # No gradio-side bounds: the dataclass validates, with a message that names the field.
-            comps[name] = named(gr.Number(precision=0 if spec.type is int else None, **common), name)
+            comps[name] = named(gr.Number(precision=0 if spec.type is int else None, **common), name, cls.__name__)
         else:
             comps[name] = gr.Textbox(**common)
     return comps

@@ -8,6 +8,7 @@ prints it without a traceback. Programming errors stay ordinary exceptions.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from . import i18n
@@ -30,13 +31,63 @@ class EngineError(Exception):
 
 
 class ConfigError(EngineError):
-    """A configuration value is not allowed. Names the field, the value and what is allowed."""
+    """A configuration value is not allowed. Names the field, the value and what is allowed.
 
-    def __init__(self, field: str, value: Any, allowed: str) -> None:
-        self.field = field
-        self.value = value
-        self.allowed = allowed
-        super().__init__(key="message.config_error", field=field, value=repr(value), allowed=allowed)
+    `allowed` is a plain text (shown as is in every language), or `allowed_key` names a language-file text
+    (`message.allowed.range`) whose placeholders are `allowed_params` (numbers are written for people in the reader's
+    language: 1,048,576 / 1.048.576). With `owner` (the form's dataclass, e.g. "TrainConfig") the UI also names the
+    field by its label in the visitor's language: "Max steps (max_steps) = -1 ..."; the CLI names it by its field name."""
+
+    def __init__(self, field: str, value: Any, allowed: str = "", *, allowed_key: str | None = None, owner: str | None = None,
+                 **allowed_params: Any) -> None:
+        self.field, self.value, self.owner = field, value, owner
+        self.allowed_key, self.allowed_params, self.plain_allowed = allowed_key, allowed_params, allowed
+        lang = i18n.cli_lang()
+        self.allowed = self.allowed_text(lang)  # what is allowed, as text (the CLI's language)
+        super().__init__(self.render(lang, label=False), key="message.config_error", field=field, value=repr(value), allowed=self.allowed)
+
+    @classmethod
+    def of(cls, field: str, value: Any, allowed: str, owner: str | None = None, **params: Any) -> ConfigError:
+        """Shorthand: what is allowed is the language files' `message.allowed.<allowed>` filled with `params`."""
+        return cls(field, value, allowed_key=f"message.allowed.{allowed}", owner=owner, **params)
+
+    def allowed_text(self, lang: str) -> str:
+        """What is allowed, in `lang`."""
+        if not self.allowed_key:
+            return self.plain_allowed
+        return i18n.t(self.allowed_key, lang, **{k: for_people(v, lang) for k, v in self.allowed_params.items()})
+
+    def label_key(self) -> str | None:
+        """The language-file key of the field's label, when the field belongs to a form (`owner`) that has one."""
+        key = f"field.{self.owner}.{self.field}.label"
+        return key if self.owner and key in i18n.strings(i18n.DEFAULT) else None
+
+    def renamed(self, field: str, owner: str | None) -> ConfigError:
+        """The same error for a field seen from an enclosing form (`r` of LoraSettings is `lora.r` of TrainConfig)."""
+        return ConfigError(field, self.value, self.plain_allowed, allowed_key=self.allowed_key, owner=owner, **self.allowed_params)
+
+    def render(self, lang: str, *, label: bool = True) -> str:
+        """The message in `lang`, the field named by its label there when it has one (and `label`)."""
+        name = self.field
+        if label and (key := self.label_key()):
+            name = i18n.t("message.field_label", lang, label=i18n.t(key, lang), name=self.field)
+        return i18n.t("message.config_error", lang, field=name, value=for_people(self.value, lang, quote=True), allowed=self.allowed_text(lang))
+
+
+def for_people(value: Any, lang: str, *, quote: bool = False) -> str:
+    """A value as a person reads it in `lang`: numbers grouped and with the language's decimal mark (2,147,483,647 /
+    0,0001; never 2.14748e+09), lists as "a, b, c"; other values as text (`quote`: their repr, 'lots')."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return i18n.fmt_number(value, lang)
+    if isinstance(value, float) and math.isfinite(value):
+        if value.is_integer():
+            return i18n.fmt_number(int(value), lang)
+        decimals = len(f"{abs(value):.12f}".rstrip("0").partition(".")[2])
+        # smaller than 1e-12 has no readable fixed form; shown as typed
+        return i18n.fmt_number(value, lang, digits=decimals) if decimals else repr(value)
+    if isinstance(value, (list, tuple)) and not quote:
+        return ", ".join(for_people(v, lang) for v in value)
+    return repr(value) if quote else str(value)
 
 
 class DataError(EngineError):

@@ -5,7 +5,8 @@ field's `metadata`, once; `Literal` annotations give the allowed choices). This 
 `field_specs` describes the fields to the UI form (app.py) and the CLI flags (engine/cli.py), `from_dict` /
 `from_flat` / `to_dict` build and dump configs (the saved run `config.yaml`, form values, CLI flags), and
 `validate` checks ranges and choices for every `__post_init__`. Errors are `ConfigError`s naming the field,
-the value and what is allowed.
+the value and what is allowed by language-file keys (`message.allowed.*`), so the UI shows them in the visitor's
+language. `settings_markdown` writes docs/settings.md from the same metadata: the plain help with the expert detail.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
-from .errors import ConfigError
+from .errors import ConfigError, for_people
 
 T = TypeVar("T")
 
@@ -30,10 +31,17 @@ def opt(
     max: float | None = None,
     step: float | None = None,
     label: str | None = None,
+    details: str | None = None,
     choices_help: dict[str, str] | None = None,
 ) -> Any:
-    """A dataclass field with its help text and bounds in metadata (read by the UI and the CLI)."""
+    """A dataclass field with its help text and bounds in metadata (read by the UI and the CLI).
+
+    `help`: one short sentence in plain words (what it does, when to change it), shown under the field in the form and
+    translated in presets/lang/pt-BR.yaml. `details` and `choices_help` (one line per choice): the expert detail, written
+    to docs/settings.md (`settings_markdown`)."""
     meta: dict[str, Any] = {"help": help}
+    if details is not None:
+        meta["details"] = details
     if min is not None:
         meta["min"] = min
     if max is not None:
@@ -70,6 +78,8 @@ class FieldSpec:
     max: float | None = None
     step: float | None = None
     optional: bool = False  # None allowed
+    details: str = ""  # the expert detail (docs/settings.md)
+    choices_help: tuple[tuple[str, str], ...] = ()  # (choice, what it does), in docs/settings.md
 
 
 def _resolve_hints(cls: type) -> dict[str, Any]:
@@ -124,6 +134,8 @@ def field_specs(cls: type, prefix: str = "") -> list[FieldSpec]:
                 max=f.metadata.get("max"),
                 step=f.metadata.get("step"),
                 optional=optional,
+                details=f.metadata.get("details", ""),
+                choices_help=tuple(f.metadata.get("choices_help", {}).items()),
             )
         )
     return specs
@@ -134,12 +146,16 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
 
-def _coerce(name: str, value: Any, tp: Any) -> Any:
+def _coerce(name: str, value: Any, tp: Any, owner: str | None = None) -> Any:
     py, choices, optional = _base_type(tp)
+
+    def refuse(allowed: str, **params: Any) -> ConfigError:
+        return ConfigError.of(name, value, allowed, owner, **params)
+
     if value is None:
         if optional:
             return None
-        raise ConfigError(name, value, "a value is required")
+        raise refuse("required")
     if py is bool:
         if isinstance(value, bool):
             return value
@@ -147,10 +163,10 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
             return value.lower() in ("true", "yes", "1", "on")
         if isinstance(value, (int, float)) and value in (0, 1):
             return bool(value)
-        raise ConfigError(name, value, "true or false")
+        raise refuse("bool")
     if py is int:
         if isinstance(value, bool):
-            raise ConfigError(name, value, "a whole number")
+            raise refuse("whole_number")
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, int):
@@ -160,37 +176,42 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
                 return int(value.strip())
             except ValueError:
                 pass
-        raise ConfigError(name, value, "a whole number")
+        raise refuse("whole_number")
     if py is float:
         if isinstance(value, bool):
-            raise ConfigError(name, value, "a number")
+            raise refuse("number")
         try:
             out = float(value)
         except (TypeError, ValueError):
-            raise ConfigError(name, value, "a number") from None
+            raise refuse("number") from None
         if math.isnan(out) or math.isinf(out):
-            raise ConfigError(name, value, "a finite number")
+            raise refuse("finite")
         return out
     if py is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(name, value, "text")
+            raise refuse("text")
         value = str(value)
         if choices and value not in choices:
-            raise ConfigError(name, value, "one of " + ", ".join(choices))
+            raise refuse("choices", choices=list(choices))
         return value
     return value
 
 
-def from_dict(cls: type[T], data: dict[str, Any] | None, *, where: str = "") -> T:
-    """Build and validate a config dataclass from a plain dict; unknown keys are an error."""
+def from_dict(cls: type[T], data: dict[str, Any] | None, *, where: str = "", owner: str | None = None) -> T:
+    """Build and validate a config dataclass from a plain dict; unknown keys are an error.
+
+    `where` / `owner`: for a nested dataclass, its dotted prefix ("lora.") and the enclosing form's class name, so that
+    an error names the field as the form knows it (`lora.r`, labelled in the visitor's language)."""
     data = dict(data or {})
     if not isinstance(data, dict):
-        raise ConfigError(where or cls.__name__, data, "a mapping of field names to values")
+        raise ConfigError(where or cls.__name__, data, allowed_key="message.allowed.mapping")
+    owner = owner or cls.__name__
     hints = _resolve_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"{where}{unknown[0]}", data[unknown[0]], f"a known field of {cls.__name__}: " + ", ".join(sorted(names)))
+        raise ConfigError(f"{where}{unknown[0]}", data[unknown[0]], allowed_key="message.allowed.known_field", form=cls.__name__,
+                          names=sorted(names))
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
@@ -202,11 +223,20 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, *, where: str = "") -> 
                 kwargs[f.name] = value
             else:
                 if not isinstance(value, dict):
-                    raise ConfigError(f"{where}{f.name}", value, "a mapping of field names to values")
-                kwargs[f.name] = from_dict(tp, value, where=f"{where}{f.name}.")
+                    raise ConfigError(f"{where}{f.name}", value, allowed_key="message.allowed.mapping")
+                kwargs[f.name] = from_dict(tp, value, where=f"{where}{f.name}.", owner=owner)
         else:
-            kwargs[f.name] = _coerce(f"{where}{f.name}", value, tp)
-    return cls(**kwargs)
+            kwargs[f.name] = _coerce(f"{where}{f.name}", value, tp, owner)
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        # A nested class checks its fields by their own names (`r` of LoraSettings), and helpers (engine/refs.py) know no
+        # form: name the field as the enclosing form does (`lora.r` of TrainConfig), so that the UI shows its label.
+        local = exc.field in names
+        name = where + exc.field if local else exc.field
+        if type(exc) is not ConfigError or not (local or name.startswith(where)) or (name, owner) == (exc.field, exc.owner):
+            raise
+        raise exc.renamed(name, owner) from None
 
 
 def from_flat(cls: type[T], flat: dict[str, Any]) -> T:
@@ -223,17 +253,28 @@ def from_flat(cls: type[T], flat: dict[str, Any]) -> T:
 
 def _check_range(obj: Any) -> None:
     """Validate the min/max metadata of every scalar field of a dataclass instance."""
+    owner, hints = type(obj).__name__, _resolve_hints(type(obj))
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-            raise ConfigError(f.name, value, "a finite number")
+            raise ConfigError(f.name, value, allowed_key="message.allowed.finite", owner=owner)
         lo, hi = f.metadata.get("min"), f.metadata.get("max")
-        if lo is not None and value < lo:
-            raise ConfigError(f.name, value, f"a value >= {lo}" + (f" and <= {hi}" if hi is not None else ""))
-        if hi is not None and value > hi:
-            raise ConfigError(f.name, value, f"a value <= {hi}" + (f" and >= {lo}" if lo is not None else ""))
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ConfigError(f.name, value, owner=owner, **allowed_range(lo, hi, whole=_base_type(hints[f.name])[0] is int))
+
+
+def allowed_range(lo: float | None, hi: float | None, *, whole: bool = False) -> dict[str, Any]:
+    """The `allowed_key` and parameters of a ConfigError for a number outside [lo, hi] (either bound may be None)."""
+    kind = "whole_" if whole else ""
+    if lo is not None and hi is not None:
+        return {"allowed_key": f"message.allowed.{kind}range", "min": lo, "max": hi}
+    if lo is not None:
+        return {"allowed_key": f"message.allowed.{kind}at_least", "min": lo}
+    if hi is not None:
+        return {"allowed_key": f"message.allowed.{kind}at_most", "max": hi}
+    return {"allowed_key": f"message.allowed.{'whole_number' if whole else 'number'}"}
 
 
 def _check_choices(obj: Any) -> None:
@@ -242,7 +283,7 @@ def _check_choices(obj: Any) -> None:
         _, choices, optional = _base_type(hints[f.name])
         value = getattr(obj, f.name)
         if choices and not (value is None and optional) and str(value) not in choices:
-            raise ConfigError(f.name, value, "one of " + ", ".join(choices))
+            raise ConfigError(f.name, value, allowed_key="message.allowed.choices", owner=type(obj).__name__, choices=list(choices))
 
 
 def validate(obj: Any) -> None:
@@ -260,3 +301,63 @@ def field_texts(classes: list[type]) -> dict[str, str]:
             out[f"field.{cls.__name__}.{spec.name}.label"] = spec.label
             out[f"field.{cls.__name__}.{spec.name}.help"] = spec.help
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# docs/settings.md: the plain help of every field, with the expert detail behind it
+# --------------------------------------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _shown(value: Any) -> str:
+    """A default as the docs show it: `on`/`off`, `(empty)`, 0.0002 rather than 2e-04."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value in ("", None):
+        return "(empty)"
+    return "`" + (for_people(value, "en") if isinstance(value, (int, float)) else str(value)).replace("\n", "\\n") + "`"
+
+
+def _allowed(spec: FieldSpec) -> str:
+    """What a field accepts, in words: its choices, its range, or its kind."""
+    if spec.choices:
+        return ", ".join(f"`{c}`" for c in spec.choices)
+    if spec.type is bool:
+        return "on / off"
+    if spec.type in (int, float):
+        kind = "whole number" if spec.type is int else "number"
+        if spec.min is not None and spec.max is not None:
+            return f"{kind} from {for_people(spec.min, 'en')} to {for_people(spec.max, 'en')}"
+        return kind
+    return "text"
+
+
+def settings_markdown(classes: list[type]) -> str:
+    """docs/settings.md, generated from the fields' metadata so that it never drifts: per form (a dataclass, introduced by
+    its docstring), a table of every field's label, plain help, default and allowed values, then the expert detail."""
+    out = [
+        "# Settings: every field, in plain words and in detail",
+        "",
+        "Generated from the fields' metadata in `engine/config.py` by `python -m engine.config > docs/settings.md`",
+        "(`tests/test_field_help.py` fails when this file is out of date). The app shows each field's label and its",
+        "one-line help (in English or Portuguese, `presets/lang/`); this page adds what each choice does exactly. On the",
+        "command line every field is a flag: `max_steps` is `--max-steps`, `lora.r` is `--lora-r`.",
+        "",
+    ]
+    for cls in classes:
+        specs = field_specs(cls)
+        doc = " ".join((cls.__doc__ or "").split())
+        out += [f"## {cls.__name__}", "", doc, "",
+                "| Field | Label | What it does | Default | Allowed |", "|---|---|---|---|---|"]
+        out += [f"| `{s.name}` | {_cell(s.label)} | {_cell(s.help)} | {_cell(_shown(s.default))} | {_cell(_allowed(s))} |" for s in specs]
+        detailed = [s for s in specs if s.details or s.choices_help]
+        if detailed:
+            out += ["", "In detail:", ""]
+        for s in detailed:
+            out.append(f"- **`{s.name}`**" + (f": {s.details}" if s.details else ""))
+            out += [f"  - `{choice}`: {text}" for choice, text in s.choices_help]
+        out.append("")
+    return "\n".join(out)

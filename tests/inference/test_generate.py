@@ -272,9 +272,9 @@ def test_stop_strings_escapes_and_list_input():
     "values,fragment",
     [
         ({"min_p": -0.1}, "min_p"),
-        ({"min_p": 1.5}, "<= 1.0"),
-        ({"no_repeat_ngram_size": 21}, "<= 20"),
-        ({"no_repeat_ngram_size": -1}, ">= 0"),
+        ({"min_p": 1.5}, "a number from 0 to 1"),
+        ({"no_repeat_ngram_size": 21}, "a whole number from 0 to 20"),
+        ({"no_repeat_ngram_size": -1}, "from 0 to 20"),
         ({"no_repeat_ngram_size": 2.5}, "whole number"),
         ({"stop_strings": "\n".join(f"s{i}" for i in range(9))}, "at most 8 stop strings"),
         ({"stop_strings": "ok\n" + "x" * 101}, "at most 100 characters"),
