@@ -26,3 +26,19 @@ def test_form_dropdowns_are_named():
     with pytest.raises(gr.Error, match="Method \\(method\\) = 'evil' is not allowed: one of qlora, lora, full"):
         method.preprocess("evil")
     assert method.preprocess("lora") == "lora"
+
+
+def test_form_messages_follow_the_visitors_language(monkeypatch):
+    """The field by its label and what is allowed, in the visitor's language (numbers written for people)."""
+    from engine.config import MemoryQuery, TrainConfig
+
+    monkeypatch.setattr(app, "lang_of", lambda request=None: "pt-BR")
+    widgets = app.make_inputs(TrainConfig, only=["method", "max_steps", "lora.r"])
+    cases = [(widgets["method"], "evil", "Método (method) = 'evil' não é permitido: uma destas opções: qlora, lora, full, scratch, distill."),
+             (widgets["max_steps"], "lots", "Máximo de passos (max_steps) = 'lots' não é permitido: um número inteiro."),
+             (widgets["lora.r"], [3], "Rank do LoRA (lora.r) = [3] não é permitido: um número de 1 a 512."),
+             (app.make_inputs(MemoryQuery, only=["seq_len"])["seq_len"], "long", "Comprimento da sequência (seq_len) = 'long' não é permitido: um número inteiro.")]
+    for widget, payload, message in cases:
+        with pytest.raises(gr.Error) as err:
+            widget.preprocess(payload)
+        assert err.value.message == message
