@@ -133,4 +133,4 @@ def test_numbers_for_people():
 
 def test_missing_key_shows_the_key_never_breaks():
     assert i18n.t("no.such.key", "pt-BR") == "no.such.key"
-    assert i18n.t("message.config_error", "pt-BR", field="x") .startswith("{field}") is False
+    assert "não é permitido" in i18n.t("message.config_error", "pt-BR", field="x")  # a missing parameter leaves its slot
