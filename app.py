@@ -47,7 +47,7 @@ ESTIMATE = {"concurrency_limit": 2, "concurrency_id": "estimate"}  # the estimat
 # ---- Languages: static texts translated in the browser, server-built texts in the visitor's language ----------------
 
 I18N = gr.I18n(**i18n.translations())
-T = I18N  # T("finetune.start"): a static text, translated by the browser (presets/lang/*.yaml)
+T = I18N  # T("finetune.tab"): a static text, translated by the browser (presets/lang/*.yaml)
 
 # The language: the browser's (gradio's gr.I18n follows navigator.language) unless the page's switch chose one (kept in
 # local storage, applied at load through gradio's own changeLocale). A cookie tells the server (lang_of), so texts built
