@@ -253,7 +253,7 @@ def estimator_results() -> SimpleNamespace:
         pick = gr.Number(value=1, precision=0, minimum=1, label=T("estimator.pick"), scale=1)
         copy_btn = gr.Button(T("estimator.copy"), scale=2)
     chart = gr.HTML(elem_id="estimator-breakdown-chart")
-    breakdown = gr.Dataframe(interactive=False, label=T("estimator.breakdown_label"), wrap=True, column_widths=["30%", "12%", "58%"],
+    breakdown = gr.Dataframe(interactive=False, label=T("estimator.breakdown_label"), wrap=True, column_widths=["25%", "64px", "62%"],
                              elem_id="estimator-breakdown")
     with gr.Accordion(T("estimator.cards_table"), open=False):
         tiers = gr.Dataframe(interactive=False, label=T("estimator.cards_label"), wrap=True, elem_id="estimator-verdicts")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from ..i18n import fmt_number, t
+from ..i18n import fmt_number, norm_lang, t
 
 VERDICT_COLOURS = {"fits": "#16a34a", "tight": "#d97706", "no": "#dc2626"}
 # One colour per memory term (engine/estimator/memory.py TERMS order), distinct enough side by side.
@@ -40,8 +40,10 @@ class CardBar:
     chosen: bool = False  # the card picked as "your card"
 
 
-def _num(value: float, lang: str) -> str:
-    return fmt_number(round(value, 1), lang, 1)
+def _num(value: float, lang: str, digits: int = 1) -> str:
+    """13.0 / 13,0 (fixed decimals, the language's separators: the figures of a column line up)."""
+    text = f"{value:,.{digits}f}"
+    return text.translate(str.maketrans(",.", ".,")) if norm_lang(lang) == "pt-BR" else text
 
 
 def _swatch(colour: str, striped: bool = False) -> str:
@@ -59,26 +61,25 @@ def card_bars_html(bars: list[CardBar], lang: str) -> str:
         usable = max(b.usable_gib, 1e-9)
         width = min(b.need_gib / usable, 1.0) * 100
         lo, hi = (min(v / usable, 1.0) * 100 for v in (b.low_gib, b.high_gib))
-        over = "" if b.need_gib <= usable else (
-            f'<span style="position:absolute;right:4px;top:0;line-height:1.25rem;font-size:0.8em;font-weight:600;color:#fff">'
-            f'×{html.escape(fmt_number(round(b.need_gib / usable, 1), lang, 1))}</span>')
         label = t("estimator.bars.row_label", lang, card=b.name, need=_num(b.need_gib, lang), usable=_num(b.usable_gib, lang), verdict=b.verdict_text)
         name = html.escape(b.name) + (f' <span style="{_MUTED}">· {html.escape(t("estimator.bars.yours", lang))}</span>' if b.chosen else "")
+        # A wrapping row: name | bar | numbers on a wide panel; on a phone the name takes its own line, the bar the next.
         rows.append(
-            f'<div title="{html.escape(b.detail)}" style="{_TEXT};{"font-weight:600;" if b.chosen else ""}overflow-wrap:anywhere">{name}</div>'
+            f'<div style="display:flex;flex-wrap:wrap;align-items:center;gap:2px 8px">'
+            f'<div title="{html.escape(b.detail)}" style="flex:0 1 15rem;{_TEXT};{"font-weight:600;" if b.chosen else ""}overflow-wrap:anywhere">{name}</div>'
+            f'<div style="flex:1 1 9rem;display:flex;align-items:center;gap:8px">'
             f'<div role="img" aria-label="{html.escape(label)}" title="{html.escape(label)}" '
-            f'style="position:relative;height:1.25rem;border-radius:4px;overflow:hidden;{_TRACK}">'
+            f'style="flex:1 1 auto;position:relative;height:1.1rem;border-radius:4px;overflow:hidden;{_TRACK}">'
             f'<div style="width:{width:.1f}%;height:100%;background:{colour}"></div>'
             f'<div style="position:absolute;top:0;bottom:0;left:{lo:.1f}%;width:{max(hi - lo, 0.5):.1f}%;'
-            f'background:repeating-linear-gradient(45deg, rgba(0,0,0,.28) 0 3px, transparent 3px 6px)"></div>{over}</div>'
-            f'<div style="{_TEXT};white-space:nowrap;text-align:right">{_num(b.need_gib, lang)} / {_num(b.usable_gib, lang)} GiB · '
-            f'<b style="color:{colour}">{html.escape(b.verdict_text)}</b></div>'
+            f'background:repeating-linear-gradient(45deg, rgba(0,0,0,.28) 0 3px, transparent 3px 6px)"></div></div>'
+            f'<div style="flex:0 0 auto;{_TEXT};white-space:nowrap;text-align:right;min-width:9.5rem">{_num(b.need_gib, lang)} / {_num(b.usable_gib, lang)} GiB · '
+            f'<b style="color:{colour}">{html.escape(b.verdict_text)}</b></div></div></div>'
         )
     return (f'<div class="lab-card-bars" style="font-size:0.9rem">'
             f'<div style="{_TEXT};font-weight:600;margin-bottom:2px">{html.escape(t("estimator.bars.title", lang))}</div>'
             f'<div style="{_MUTED};font-size:0.85em;margin-bottom:6px">{html.escape(t("estimator.bars.explain", lang))}<br>{key}</div>'
-            f'<div style="display:grid;grid-template-columns:minmax(6rem,15rem) minmax(4rem,1fr) auto;gap:4px 8px;align-items:center">'
-            + "".join(rows) + "</div></div>")
+            f'<div style="display:flex;flex-direction:column;gap:5px">' + "".join(rows) + "</div></div>")
 
 
 def breakdown_html(segments: list[tuple[str, float, int]], total_gib: float, lang: str) -> str:
@@ -89,9 +90,9 @@ def breakdown_html(segments: list[tuple[str, float, int]], total_gib: float, lan
                   f'background:{TERM_COLOURS[c % len(TERM_COLOURS)]}"></div>' for name, g, c in segments)
     legend = "".join(
         f'<div style="{_TEXT};white-space:nowrap">{_swatch(TERM_COLOURS[c % len(TERM_COLOURS)])}{html.escape(name)} '
-        f'<b>{html.escape(fmt_number(g, lang, 2))} GiB</b> <span style="{_MUTED}">({html.escape(fmt_number(round(100 * g / total), lang))}%)</span></div>'
+        f'<b>{_num(g, lang, 2)} GiB</b> <span style="{_MUTED}">({html.escape(fmt_number(round(100 * g / total), lang))}%)</span></div>'
         for name, g, c in sorted(segments, key=lambda s: -s[1]))
-    title = t("estimator.chart.title", lang, total=fmt_number(total_gib, lang, 2))
+    title = t("estimator.chart.title", lang, total=_num(total_gib, lang, 2))
     return (f'<div class="lab-breakdown" style="font-size:0.9rem">'
             f'<div style="{_TEXT};font-weight:600;margin-bottom:4px">{html.escape(title)}</div>'
             f'<div role="img" aria-label="{html.escape(title)}" style="display:flex;height:1.6rem;border-radius:4px;overflow:hidden;{_TRACK}">{bar}</div>'
