@@ -235,6 +235,14 @@ def your_runs_outputs(q: MemoryQuery, runs_dir: Path | None, shared: bool = Fals
     return md, runs_frame(points, lang)
 
 
+def memory_status_line(predicted_gib: float | None, measured_gib: float | None, device_kind: str, lang: str = "en") -> str:
+    """A run's "memory: predicted / measured" line that says which figure is which: the prediction is the model's
+    training memory; on a GPU the measurement is PyTorch's peak, on a CPU the whole process's peak RSS (Python, PyTorch,
+    data and model), which is why it is larger there. For the run status (engine/views/run_view.py)."""
+    kind = "cpu" if device_kind == "cpu" else "gpu"
+    return t(f"estimator.memory_line.{kind}", lang, predicted=_n(predicted_gib or 0.0, lang), measured=_n(measured_gib or 0.0, lang))
+
+
 def finetune_values(q: MemoryQuery, tier: str, pick: int | None) -> tuple[dict[str, Any], int | None]:
     """The Fine-tune form values (dotted TrainConfig names) for the query, with make-it-fit suggestion #pick applied
     when there is one; and the rank of the suggestion applied (None: none)."""

@@ -178,3 +178,10 @@ def test_engine_texts_read_english_and_render_in_portuguese():
     with pytest.raises(ConfigError) as info:
         memory.arch_from_manual(32, 4096, 30, 8, 14336, 128256, False)
     assert info.value.field == "heads" and "um divisor do tamanho oculto (4.096)" in info.value.render("pt-BR")
+
+
+def test_the_run_memory_line_says_which_figure_is_the_model_and_which_the_process():
+    line = estimate_view.memory_status_line(0.1, 0.73, "cpu")
+    assert "**0.10 GiB** for the model's training" in line and "**0.73 GiB** for the whole process" in line
+    assert "processo inteiro" in estimate_view.memory_status_line(0.1, 0.73, "cpu", "pt-BR") and "0,73" in estimate_view.memory_status_line(0.1, 0.73, "cpu", "pt-BR")
+    assert "PyTorch's peak on the GPU" in estimate_view.memory_status_line(3.1, 3.3, "cuda")
