@@ -248,7 +248,8 @@ def estimator_results() -> SimpleNamespace:
     totals = gr.Markdown(elem_id="estimator-totals")
     bars = gr.HTML(elem_id="estimator-bars")
     limits = gr.Markdown(elem_id="estimator-limits")
-    fit = gr.Dataframe(interactive=False, label=T("estimator.fit_label"), wrap=True, visible=False, elem_id="estimator-fit")
+    fit = gr.Dataframe(interactive=False, label=T("estimator.fit_label"), wrap=True, visible=False, elem_id="estimator-fit",
+                       column_widths=["44px", "44%", "84px", "40%"])
     with gr.Row():
         pick = gr.Number(value=1, precision=0, minimum=1, label=T("estimator.pick"), scale=1)
         copy_btn = gr.Button(T("estimator.copy"), scale=2)
