@@ -217,45 +217,60 @@ def uploads_of(upload_dir: Path, request: gr.Request | None) -> Path:
 # ---- Panel 1: memory estimator -------------------------------------------------------------------
 
 def estimator_form() -> SimpleNamespace:
-    """The model (a choice, an uploaded config.json or a described architecture), the job's settings and the card."""
-    model = gr.Dropdown(choices=memory.model_choices(), value="builtin:compact-mini", allow_custom_value=True, label="Model",
-                        info="A built-in or catalog model, or type any Hugging Face id (its config.json is fetched when online).")
-    with gr.Accordion("…or upload a config.json / describe the architecture", open=False):
-        config_file = gr.File(label="config.json", file_types=[".json"])
+    """The model (a choice, an uploaded config.json or a described architecture), the card, the job's main settings and,
+    folded, the others. Opens on a popular real model with checkpointing on, on this machine's card (estimate_view)."""
+    model = gr.Dropdown(choices=estimate_view.model_choices(), value=estimate_view.DEFAULT_MODEL, allow_custom_value=True,
+                        label=T("estimator.model"), info=T("estimator.model_info"), elem_id="estimator-model")
+    # (name, id) choices: the value stays the tier id (API callers and the CLI use ids); names in the visitor's language on load
+    tier = gr.Dropdown(choices=estimate_view.tier_choices(), value=estimate_view.opening_tier(), label=T("estimator.card"),
+                       info=T("estimator.card_info"), elem_id="estimator-tier")
+    main = ["task", "batch", "seq_len", "grad_ckpt", "grad_accum", "new_tokens"]
+    comps = make_inputs(MemoryQuery, only=main, values=estimate_view.FORM_DEFAULTS)
+    with gr.Accordion(T("estimator.more_settings"), open=False):
+        comps.update(make_inputs(MemoryQuery, skip=("model", *main), values=estimate_view.FORM_DEFAULTS))
+    form = {s.name: comps[s.name] for s in field_specs(MemoryQuery) if s.name in comps}  # the dataclass's order: the API's
+    with gr.Accordion(T("estimator.describe"), open=False):
+        config_file = gr.File(label=T("estimator.config_file"), file_types=[".json"])
         with gr.Row():
-            layers, hidden = named(gr.Number(value=32, precision=0, label="Layers"), "layers"), named(gr.Number(value=4096, precision=0, label="Hidden size"), "hidden")
-            heads, kv = named(gr.Number(value=32, precision=0, label="Attention heads"), "heads"), named(gr.Number(value=8, precision=0, label="KV heads"), "kv_heads")
+            layers = named(gr.Number(value=32, precision=0, label=T("estimator.layers")), "layers")
+            hidden = named(gr.Number(value=4096, precision=0, label=T("estimator.hidden")), "hidden")
+            heads = named(gr.Number(value=32, precision=0, label=T("estimator.heads")), "heads")
+            kv = named(gr.Number(value=8, precision=0, label=T("estimator.kv_heads")), "kv_heads")
         with gr.Row():
-            inter, vocab = named(gr.Number(value=14336, precision=0, label="MLP intermediate"), "intermediate"), named(gr.Number(value=128256, precision=0, label="Vocabulary"), "vocab")
-            tied = gr.Checkbox(value=False, label="Tied embeddings")
-        manual_btn = gr.Button("Use this architecture (Llama-style)", size="sm")
-    form = make_inputs(MemoryQuery, skip=("model",))
-    tier_names = [t.name for t in memory.hardware_tiers()]
-    tier = gr.Dropdown(choices=tier_names, value="t4-16gb" if "t4-16gb" in tier_names else tier_names[0], label="Your card",
-                       info="Used for the largest batch / sequence that fit and for 'make it fit'.")
+            inter = named(gr.Number(value=14336, precision=0, label=T("estimator.intermediate")), "intermediate")
+            vocab = named(gr.Number(value=128256, precision=0, label=T("estimator.vocab")), "vocab")
+            tied = gr.Checkbox(value=False, label=T("estimator.tied"))
+        manual_btn = gr.Button(T("estimator.use_arch"), size="sm")
     return SimpleNamespace(model=model, config_file=config_file, manual=[layers, hidden, heads, kv, inter, vocab, tied], manual_btn=manual_btn,
                            form=form, tier=tier)
 
 
 def estimator_results() -> SimpleNamespace:
-    """Totals, breakdown chart and table, verdict per card, limits, make-it-fit suggestions and the copy to Fine-tune."""
-    totals = gr.Markdown()
-    chart = gr.BarPlot(x="job", y="GiB", color="term", title="Memory breakdown", height=260, show_label=False)
-    breakdown = gr.Dataframe(headers=["term", "GiB", "what it is"], interactive=False, label="Breakdown", wrap=True)
-    tiers = gr.Dataframe(headers=["card", "usable GiB", "verdict"], interactive=False, label="Verdict per card")
-    limits = gr.Markdown()
-    fit = gr.Dataframe(headers=["#", "change", "new total GiB", "cost"], interactive=False, label="Make it fit (cheapest first)")
+    """Totals, memory per card (bars), limits and make-it-fit with the copy to Fine-tune, the breakdown (bar and table),
+    the verdicts as a table, and "your runs"."""
+    totals = gr.Markdown(elem_id="estimator-totals")
+    bars = gr.HTML(elem_id="estimator-bars")
+    limits = gr.Markdown(elem_id="estimator-limits")
+    fit = gr.Dataframe(interactive=False, label=T("estimator.fit_label"), wrap=True, visible=False, elem_id="estimator-fit",
+                       column_widths=["44px", "44%", "84px", "40%"])
     with gr.Row():
-        pick, copy_btn = gr.Number(value=1, precision=0, minimum=1, label="Suggestion #", scale=1), gr.Button("Use these settings in Fine-tune", scale=2)
-    with gr.Accordion("Your runs: predicted vs measured peak on this machine", open=False):
+        pick = gr.Number(value=1, precision=0, minimum=1, label=T("estimator.pick"), scale=1)
+        copy_btn = gr.Button(T("estimator.copy"), scale=2)
+    chart = gr.HTML(elem_id="estimator-breakdown-chart")
+    breakdown = gr.Dataframe(interactive=False, label=T("estimator.breakdown_label"), wrap=True, column_widths=["25%", "64px", "62%"],
+                             elem_id="estimator-breakdown")
+    with gr.Accordion(T("estimator.cards_table"), open=False):
+        tiers = gr.Dataframe(interactive=False, label=T("estimator.cards_label"), wrap=True, elem_id="estimator-verdicts")
+    with gr.Accordion(T("estimator.runs_title"), open=False):
         runs_md = gr.Markdown()
-        runs_plot = gr.ScatterPlot(x="predicted GiB", y="measured GiB", color="device", tooltip=["run", "error %"], height=240,
-                                   title="Predicted vs measured peak (GiB)", show_label=False)
-    return SimpleNamespace(outputs=[totals, chart, breakdown, tiers, limits, fit, runs_md, runs_plot], pick=pick, copy_btn=copy_btn)
+        cols = estimate_view.runs_columns()
+        runs_plot = gr.ScatterPlot(x=cols[0], y=cols[1], color=cols[4], tooltip=[cols[3], cols[2]], height=240, title=T("estimator.runs_plot"),
+                                   show_label=False)
+    return SimpleNamespace(outputs=[totals, chart, breakdown, tiers, limits, fit, runs_md, runs_plot, bars], pick=pick, copy_btn=copy_btn)
 
 
 def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
-    gr.Markdown("Will it fit? Pick a model and a job; the breakdown and the verdict per card update as you change settings.")
+    gr.Markdown(T("estimator.intro"))
     with gr.Row():
         with gr.Column(scale=2):
             f = estimator_form()
@@ -268,11 +283,18 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
         return from_flat(MemoryQuery, {"model": model_v, **dict(zip(names, vals, strict=True))})
 
     def on_estimate(model_v: str, tier_v: str, *vals: Any):
-        return estimate_view.estimate_or_warning(lambda: query_of(check_ui_estimator_model(model_v, upload_dir), *vals), tier_v,
-                                                 runs_dir=jobs.runs_dir, shared=jobs.owner_only)
+        lang = lang_of()
+        out = list(estimate_view.estimate_or_warning(lambda: query_of(check_ui_estimator_model(model_v, upload_dir), *vals), tier_v,
+                                                     runs_dir=jobs.runs_dir, shared=jobs.owner_only, lang=lang))
+        out[5] = gr.Dataframe(value=out[5], visible=out[5] is not None and len(out[5]) > 0)  # "nothing to change" is said above it
+        cols = estimate_view.runs_columns(lang)  # the scatter's columns (its axis titles) in the visitor's language
+        out[7] = gr.ScatterPlot(value=out[7], x=cols[0], y=cols[1], color=cols[4], tooltip=[cols[3], cols[2]])
+        return tuple(out)
 
     for comp in inputs:  # queued: building an architecture on the meta device is CPU work (two at a time, the latest value wins)
         comp.change(on_estimate, inputs, r.outputs, show_progress="hidden", trigger_mode="always_last", **ESTIMATE)
+    # the cards' names in the visitor's language, on load (the value, a tier id, stays)
+    gr.on(None, lambda: gr.Dropdown(choices=estimate_view.tier_choices(lang_of())), None, [f.tier], queue=False, api_visibility="private")
 
     @ui_errors
     def on_manual(layers, hidden, heads, kv, inter, vocab, tied):
@@ -800,7 +822,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         @ui_errors
         def copy_to_finetune(pick_n, *vals):
             values, rank = estimate_view.finetune_values(est["query_of"](vals[0], *vals[2:]), vals[1], pick_n)
-            gr.Info("Copied to the Fine-tune form" + (f" with suggestion #{rank}" if rank is not None else "") + ".")
+            gr.Info(tr("estimator.copied_with", rank=rank) if rank is not None else tr("estimator.copied"))
             return [gr.update(value=values[n]) if n in values else gr.skip() for n in form]
 
         est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], list(form.values()), api_name="copy_to_finetune")

@@ -105,7 +105,8 @@ def _tier_info(query: MemoryQuery, tier: str) -> dict[str, Any]:
         "max_batch": memory.max_batch(query, tier),
         "max_seq_len": memory.max_seq_len(query, tier),
         "make_it_fit": [
-            {"rank": s.rank, "description": s.description, "changes": s.changes, "new_total_gib": s.new_total_gib, "cost": s.cost, "verdict": s.verdict}
+            {"rank": s.rank, "description": str(s.description), "changes": s.changes, "new_total_gib": s.new_total_gib, "cost": str(s.cost),
+             "verdict": s.verdict}
             for s in sugg
         ],
     }

@@ -13,6 +13,8 @@ from ..config import MemoryQuery, TrainConfig
 from ..errors import ConfigError
 from ..refs import BUILTIN_PREFIX, HUB_MODEL_ID_RE, MERGED_SUFFIX, RUN_PREFIX, is_plain_name
 from ..sharing import check_local_model
+from .catalog import catalog_lookup
+from .texts import KeyedConfigError, Msg
 
 
 def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
@@ -42,7 +44,9 @@ def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
         targets = ",".join(targets)
     values["lora.targets"] = _train_targets(str(targets))
     if not q.model.startswith(("/", "manual:")) and not q.model.endswith(".json"):
-        values["base_model"] = q.model
+        entry = catalog_lookup(q.model)
+        # a catalog short name ("qwen2.5-1.5b") names no loadable model: the fine-tune form gets its Hugging Face id
+        values["base_model"] = entry.hf_id if entry is not None and q.model.strip().lower() == entry.name.lower() else q.model
     values["precision"] = {"amp-fp16": "fp16", "amp-bf16": "bf16", "pure-bf16": "bf16", "fp32": "fp32"}[q.training_precision]
     return values
 
@@ -118,7 +122,7 @@ def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -
             raise ConfigError("model", ref, "builtin:NAME or run:NAME with a plain name")
         return ref
     if ref.startswith(("/", "~", ".")) or "\\" in ref or ".." in ref or not HUB_MODEL_ID_RE.match(ref):
-        raise ConfigError("model", ref, "a built-in model, one of your runs, or a Hugging Face id like 'Qwen/Qwen2.5-0.5B' (server paths are not accepted from the browser)")
+        raise KeyedConfigError("model", ref, Msg("estimator.allowed.browser_model"))
     return ref
 
 
@@ -149,5 +153,5 @@ def check_ui_estimator_model(ref: str, upload_dir: Path) -> str:
         path = Path(ref).resolve()
         if path.is_relative_to(Path(upload_dir).resolve()):
             return str(path)
-        raise ConfigError("model", ref, "a config.json uploaded through the form (server paths are not accepted from the browser)")
+        raise KeyedConfigError("model", ref, Msg("estimator.allowed.browser_config"))
     return check_ui_model_ref(ref, Path(upload_dir))

@@ -42,6 +42,7 @@ from .architecture import Arch, LinearSpec
 from .catalog import HardwareTier, catalog, hardware_tiers, tier_by_name
 from .model_config import arch_from_manual, resolve
 from .precision import FLOAT_BYTES, QUANT_DTYPES, PrecisionPlan, precision_plan
+from .texts import KeyedConfigError, Msg, term_name, term_what, tier_msg
 
 __all__ = [
     "MemoryEstimate", "Suggestion", "estimate", "hardware_tiers", "catalog", "model_choices", "max_batch", "max_seq_len",
@@ -76,23 +77,11 @@ CAL: dict[str, float] = {
     "cuda_context_gib": 0.5,
 }
 
+# The terms of a breakdown; their names and one-line explanations for people are in presets/lang (estimator.term.*).
 TERMS = (
     "weights", "quantization constants", "trainable weights", "gradients", "optimizer state", "activations",
     "logits/loss", "KV cache", "temporary buffers", "fragmentation", "CUDA context",
 )
-_EXPLAIN = {
-    "weights": "Base model weights in their storage precision (packed 4/8-bit for bitsandbytes layers; embeddings, lm_head and norms stay unquantized).",
-    "quantization constants": "bitsandbytes scales: one fp32 absmax per 64 weights for 4-bit (8-bit + a second level with double quant), one fp32 per row for int8.",
-    "trainable weights": "LoRA adapters A (r x d_in) and B (d_out x r) for every targeted linear layer (fp32 in peft unless pure bf16).",
-    "gradients": "One gradient per trainable weight, in its dtype (held at the peak: all of them after backward, or carried over by gradient accumulation).",
-    "optimizer state": "AdamW: two moments per trainable weight (8 bytes in fp32, 4 in bf16); 8-bit AdamW ~2 bytes; SGD none; paged state is not counted by PyTorch.",
-    "activations": "Tensors the forward pass keeps for backward (per layer and token), or the prefill working set for inference.",
-    "logits/loss": "Logits over the vocabulary for every token and the fp32 cross-entropy (log-softmax + its gradient); inference keeps only the last token's.",
-    "KV cache": "Keys and values of every layer for every token in the context (sliding-window layers keep only the window).",
-    "temporary buffers": "16-bit copies of weights made by autocast, dequantized 4-bit weights, the optimizer step's scratch, the cache re-concatenation.",
-    "fragmentation": "Memory PyTorch's caching allocator has reserved but not handed out at the peak (visible in nvidia-smi, not in max_memory_allocated).",
-    "CUDA context": "Driver context, kernels and cuBLAS workspace of the process; outside PyTorch's allocator.",
-}
 
 
 @dataclass
@@ -132,13 +121,13 @@ class MemoryEstimate:
             "peak_phase": self.phase,
             "spillable_gib": round(self.spillable_gib, 4),
             "effective_batch": self.effective_batch,
-            "details_gib": {k: round(v, 4) for k, v in self.details_gib.items()},
+            "details_gib": {str(k): round(v, 4) for k, v in self.details_gib.items()},
             "band": None if self.band is None else {
                 **self.band.to_json(),
                 "allocated_gib": [round(v, 4) for v in self.range_gib(self.allocated_gib)],
                 "total_gib": [round(v, 4) for v in self.range_gib(self.total_gib, self.breakdown_gib.get("CUDA context", 0.0))],
             },
-            "notes": list(self.notes),
+            "notes": [str(n) for n in self.notes],
         }
 
 
@@ -146,10 +135,10 @@ class MemoryEstimate:
 class Suggestion:
     """A change that brings a job under a card's usable memory."""
 
-    description: str
+    description: str  # a texts.Msg: English as a str, rendered in any language by the views
     changes: dict[str, Any]  # MemoryQuery field -> new value
     new_total_gib: float
-    cost: str  # what it costs in speed / quality
+    cost: str  # what it costs in speed / quality (a texts.Msg too)
     rank: int  # 1 = cheapest
     verdict: str = "fits"
 
@@ -285,11 +274,10 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     notes = list(p.notes)
     if arch.encoder:
         if q.task == "inference":
-            raise ConfigError("task", q.task, f"a training task: {arch.model_type} is an encoder (BERT-like), it does not generate text")
-        notes.append(f"{arch.model_type} is an encoder (BERT-like): estimated as masked-LM training, logits over every token; "
-                     "a classification head has no vocabulary logits (the logits/loss term is then near zero).")
+            raise KeyedConfigError("task", q.task, Msg("estimator.allowed.training_task", model_type=arch.model_type))
+        notes.append(Msg("estimator.note.encoder", model_type=arch.model_type))
     if q.attention == "sdpa" and not arch.sdpa:
-        notes.append(f"{arch.model_type} has no SDPA support in transformers: estimated with eager attention (seq x seq scores).")
+        notes.append(Msg("estimator.note.no_sdpa", model_type=arch.model_type))
     weights, consts = _weight_bytes(arch, p, q.double_quant)
     b, s = q.batch, q.seq_len
     h, V, c = arch.hidden, arch.vocab, p.c
@@ -299,7 +287,7 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     if not p.training:
         T = s + q.new_tokens
         if arch.max_positions and T > arch.max_positions:
-            notes.append(f"{T} tokens exceed the model's context of {arch.max_positions}.")
+            notes.append(Msg("estimator.note.context", tokens=T, context=arch.max_positions))
         kv_per_tok = 2 * arch.kv_dim * c
         kv_prompt = kv_per_tok * b * _ctx_tokens(arch, s)
         kv_full = kv_per_tok * b * _ctx_tokens(arch, T)
@@ -320,7 +308,7 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
             phases.append(("loading", {"temporary buffers": 2.0 * max(max_lin, V * h)}))
         phase, dyn = max(phases, key=lambda kv: sum(kv[1].values()))
         out = {"weights": weights, "quantization constants": consts, **dyn}
-        details = {"dequantized 4-bit weight (largest linear, compute dtype)": dequant} if dequant and dyn.get("temporary buffers") else {}
+        details = {Msg("estimator.detail.dequant_inference"): dequant} if dequant and dyn.get("temporary buffers") else {}
         return out, phase, 0.0, 0, notes, details
 
     # ---- training ----
@@ -365,21 +353,21 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     stored = p.master if full else FLOAT_BYTES.get(p.storage, p.c)
     if p.autocast and not quant and stored != p.c:
         tmp += p.c * (arch.params_layer_linear + head_numel)
-        details["16-bit copies of the fp32 weights (autocast)"] = p.c * (arch.params_layer_linear + head_numel)
+        details[Msg("estimator.detail.autocast_copies")] = p.c * (arch.params_layer_linear + head_numel)
     elif quant and p.autocast and p.nonquant != p.c:
         tmp += p.c * head_numel  # prepare_model_for_kbit_training left lm_head in fp32: a 16-bit copy per step
-        details["16-bit copy of the fp32 lm_head (autocast keeps it for backward)"] = p.c * head_numel
+        details[Msg("estimator.detail.lm_head_copy")] = p.c * head_numel
     if quant:
         # bitsandbytes' MatMul4Bit dequantizes the weight into a compute-dtype buffer for every many-token matmul: in
         # forward, again for grad_input in backward, and in the checkpoint recompute; one is alive at a time.
         tmp += max_lin * c
-        details["dequantized 4-bit weight (largest linear, compute dtype; forward, backward, recompute)"] = max_lin * c
+        details[Msg("estimator.detail.dequant_training")] = max_lin * c
     if quant and p.nonquant > 2:
-        details["fp32 upcast of embeddings, norms, lm_head (prepare_model_for_kbit_training)"] = \
+        details[Msg("estimator.detail.fp32_upcast")] = \
             (arch.params_total - arch.params_layer_linear) * (p.nonquant - 2)
     lora_keep = lora_input_bytes(arch, q, p, lora_mods) * tokens * (1 if q.grad_ckpt else arch.n_layers)
     if lora_keep:
-        details["LoRA path: compute-dtype input copies and dropout masks"] = lora_keep
+        details[Msg("estimator.detail.lora_path")] = lora_keep
     if p.autocast and adapters and p.adapter != c:
         # Autocast caches the 16-bit cast of every trainable leaf (the fp32 adapters) for the whole forward, and autograd
         # keeps it for grad_input until that layer's backward; with checkpointing only the recomputed layer's are alive
@@ -387,7 +375,7 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
         head_lora = q.lora_r * (h + V) if lora_head else 0
         copies = c * ((n_lora - head_lora) / (arch.n_layers if q.grad_ckpt else 1) + head_lora)
         tmp += copies
-        details["16-bit copies of the fp32 LoRA adapters (autocast's cast cache)"] = copies
+        details[Msg("estimator.detail.adapter_copies")] = copies
     g_pre = grads if q.grad_accum > 1 else 0.0
     static = {"weights": weights, "quantization constants": consts, "trainable weights": adapters, "optimizer state": opt_state}
     # Full fine-tuning: lm_head's weight gradient appears while the 16-bit gradient of the logits is alive.
@@ -401,13 +389,13 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     step = {**static, "gradients": grads, "temporary buffers": step_tmp}
     phase, out = max((("start of backward", start), ("end of backward", end), ("optimizer step", step)), key=lambda kv: sum(kv[1].values()))
     if q.grad_accum > 1 and full:
-        notes.append("Gradient accumulation keeps all gradients between micro-batches (counted at the start of backward).")
+        notes.append(Msg("estimator.note.accumulation"))
     if out.get("logits/loss"):
-        details["logits: 16-bit output + fp32 upcast + log-softmax + its gradient (loss)"] = out["logits/loss"]
+        details[Msg("estimator.detail.logits")] = out["logits/loss"]
     if step_tmp and phase == "optimizer step":
-        details["optimizer step temporary (foreach: sqrt of the second moments of the largest group)"] = step_tmp
+        details[Msg("estimator.detail.step_temporary")] = step_tmp
     if paged:
-        details["paged optimizer state (unified memory: in nvidia-smi while resident, not in PyTorch's count)"] = paged
+        details[Msg("estimator.detail.paged_state")] = paged
     return out, phase, paged, trainable, notes, details
 
 
@@ -502,9 +490,9 @@ def estimate(query: MemoryQuery) -> MemoryEstimate:
         tiers[t.name] = _verdict(need, paged / GIB, t, band)
     notes = list(notes)
     if paged:
-        notes.append(f"Paged optimizer state ({paged / GIB:.2f} GiB) lives in unified memory: not in PyTorch's count, moved to CPU RAM when the GPU is full.")
+        notes.append(Msg("estimator.note.paged", gib=round(paged / GIB, 2)))
     if query.task == "inference" and query.training_precision != "amp-bf16":
-        notes.append("training_precision is ignored for inference (weights are used in their own dtype).")
+        notes.append(Msg("estimator.note.inference_precision"))
     return MemoryEstimate(
         query=query, model=arch.label, params=arch.params_total, trainable_params=trainable,
         breakdown_gib=breakdown, allocated_gib=allocated / GIB, total_gib=(allocated + frag + paged) / GIB + CAL["cuda_context_gib"],
@@ -538,9 +526,9 @@ def _fits(query: MemoryQuery, tier: HardwareTier) -> bool:
     return tier_verdict(query, tier) != "no"
 
 
-def breakdown_rows(est: MemoryEstimate) -> list[list[Any]]:
-    """Rows for a table: [term, GiB (3 decimals), explanation], every term in TERMS order (zeros included)."""
-    return [[term, round(est.breakdown_gib.get(term, 0.0), 3), _EXPLAIN[term]] for term in TERMS]
+def breakdown_rows(est: MemoryEstimate, lang: str = "en") -> list[list[Any]]:
+    """Rows for a table: [term, GiB (3 decimals), what it is], every term in TERMS order (zeros included), in `lang`."""
+    return [[term_name(term, lang), round(est.breakdown_gib.get(term, 0.0), 3), term_what(term, lang)] for term in TERMS]
 
 
 def detail_rows(est: MemoryEstimate) -> list[list[Any]]:
@@ -615,21 +603,10 @@ def query_from_json(data: dict[str, Any]) -> MemoryQuery:
 # Make it fit
 # --------------------------------------------------------------------------------------------------
 
-# (cost order, description template, cost text). Lower order = cheaper in speed/quality.
-_COSTS = {
-    "attention": (0, "no cost: faster too"),
-    "optimizer": (1, "none in practice: 8-bit AdamW matches 32-bit AdamW on fine-tuning"),
-    "double_quant": (1, "none: a little slower to dequantize"),
-    "grad_ckpt": (2, "~20-30% slower steps, same result"),
-    "batch": (3, "slower (less parallel work per step), same effective batch and result"),
-    "chunked_loss": (3, "needs a chunked/fused cross-entropy in the trainer; same result"),
-    "quantize": (4, "4-bit base weights: ~10-30% slower, a small quality loss"),
-    "lora_targets": (5, "fewer adapted layers: less capacity to learn"),
-    "lora_r": (5, "smaller adapters: less capacity to learn"),
-    "seq_len": (6, "longer samples get truncated: may hurt quality on long inputs"),
-    "new_tokens": (6, "shorter generations"),
-    "task": (7, "trains adapters instead of every weight: usually close for fine-tuning, less for new knowledge"),
-}
+# (cost order, cost text). Lower order = cheaper in speed/quality. The texts: estimator.cost.* in presets/lang.
+_COSTS = {key: (order, Msg(f"estimator.cost.{key}")) for key, order in {
+    "attention": 0, "optimizer": 1, "double_quant": 1, "grad_ckpt": 2, "batch": 3, "chunked_loss": 3, "quantize": 4,
+    "lora_targets": 5, "lora_r": 5, "seq_len": 6, "new_tokens": 6, "task": 7}.items()}
 
 
 def _candidates(q: MemoryQuery, arch: Arch, tier: HardwareTier) -> list[tuple[str, str, dict[str, Any]]]:
@@ -637,43 +614,43 @@ def _candidates(q: MemoryQuery, arch: Arch, tier: HardwareTier) -> list[tuple[st
     out: list[tuple[str, str, dict[str, Any]]] = []
     training = q.task != "inference"
     if q.attention == "eager":
-        out.append(("attention", "Use SDPA/flash attention instead of eager", {"attention": "sdpa"}))
+        out.append(("attention", Msg("estimator.fit.sdpa"), {"attention": "sdpa"}))
     if training and q.optimizer in ("adamw", "paged-adamw-32bit"):
-        out.append(("optimizer", "Use 8-bit AdamW", {"optimizer": "adamw-8bit"}))
-        out.append(("optimizer", "Use paged 8-bit AdamW (state can spill to CPU RAM)", {"optimizer": "paged-adamw-8bit"}))
+        out.append(("optimizer", Msg("estimator.fit.adamw_8bit"), {"optimizer": "adamw-8bit"}))
+        out.append(("optimizer", Msg("estimator.fit.paged_adamw_8bit"), {"optimizer": "paged-adamw-8bit"}))
     if q.weight_precision in ("nf4", "fp4") or (q.task == "qlora" and q.weight_precision == "auto"):
         if not q.double_quant:
-            out.append(("double_quant", "Turn on double quantization", {"double_quant": True}))
+            out.append(("double_quant", Msg("estimator.fit.double_quant"), {"double_quant": True}))
     if training and not q.grad_ckpt:
-        out.append(("grad_ckpt", "Turn on gradient checkpointing", {"grad_ckpt": True}))
+        out.append(("grad_ckpt", Msg("estimator.fit.grad_ckpt"), {"grad_ckpt": True}))
     if training and q.batch > 1:
         b = _best_batch(q, tier)
         if b:
             accum = q.grad_accum * math.ceil(q.batch / b)
-            out.append(("batch", f"Micro-batch {b} with gradient accumulation {accum} (effective batch {b * accum})", {"batch": b, "grad_accum": accum}))
+            out.append(("batch", Msg("estimator.fit.micro_batch", batch=b, accum=accum, effective=b * accum), {"batch": b, "grad_accum": accum}))
     if q.task == "inference":
         for wp in ("int8", "nf4"):
             if _rank_precision(wp) < _rank_precision(_effective_wp(q)):
-                out.append(("quantize", f"Load the weights in {wp} (bitsandbytes)", {"weight_precision": wp}))
+                out.append(("quantize", Msg("estimator.fit.load_in", precision=wp), {"weight_precision": wp}))
     elif q.task == "lora" and _effective_wp(q) not in QUANT_DTYPES:
-        out.append(("quantize", "QLoRA: 4-bit nf4 base weights with double quantization", {"task": "qlora", "weight_precision": "nf4", "double_quant": True}))
+        out.append(("quantize", Msg("estimator.fit.qlora"), {"task": "qlora", "weight_precision": "nf4", "double_quant": True}))
     elif q.task == "full":
-        out.append(("task", "LoRA on bf16 weights instead of full fine-tuning", {"task": "lora", "weight_precision": "bf16"}))
-        out.append(("task", "QLoRA (4-bit nf4 base) instead of full fine-tuning", {"task": "qlora", "weight_precision": "nf4", "double_quant": True}))
+        out.append(("task", Msg("estimator.fit.full_to_lora"), {"task": "lora", "weight_precision": "bf16"}))
+        out.append(("task", Msg("estimator.fit.full_to_qlora"), {"task": "qlora", "weight_precision": "nf4", "double_quant": True}))
     if q.task in ("lora", "qlora"):
-        for spec, label in (("attention", "attention only (q,k,v,o)"), ("q,v", "q and v only")):
+        for spec, key in (("attention", "lora_attention"), ("q,v", "lora_qv")):
             if spec != q.lora_targets and _n_lora(arch, spec) < _n_lora(arch, q.lora_targets):
-                out.append(("lora_targets", f"LoRA on {label}", {"lora_targets": spec}))
+                out.append(("lora_targets", Msg(f"estimator.fit.{key}"), {"lora_targets": spec}))
         if q.lora_r > 8:
-            out.append(("lora_r", "LoRA rank 8", {"lora_r": 8}))
+            out.append(("lora_r", Msg("estimator.fit.lora_r"), {"lora_r": 8}))
     s = _search_max(q, tier, "seq_len", q.seq_len - 1) if q.seq_len > 1 else 0
     if s:
         s = max(16, (s // 16) * 16) if s >= 16 else s
-        out.append(("seq_len", f"Sequence length {s}" + (" (prompt)" if q.task == "inference" else ""), {"seq_len": s}))
+        out.append(("seq_len", Msg("estimator.fit.prompt_len" if q.task == "inference" else "estimator.fit.seq_len", tokens=s), {"seq_len": s}))
     if q.task == "inference" and q.new_tokens > 1:
         n = _search_max(q, tier, "new_tokens", q.new_tokens - 1)
         if n:
-            out.append(("new_tokens", f"Generate at most {n} new tokens", {"new_tokens": n}))
+            out.append(("new_tokens", Msg("estimator.fit.new_tokens", tokens=n), {"new_tokens": n}))
     return out
 
 
@@ -739,8 +716,8 @@ def make_it_fit(query: MemoryQuery, tier_name: str) -> list[Suggestion]:
     if not out:
         floor = dataclasses.replace(query, batch=1, seq_len=min(query.seq_len, 16), new_tokens=min(query.new_tokens, 16))
         need, _ = need_gib(floor, tier)
-        out.append(Suggestion(f"Nothing in reach fits {tier.label}: even batch 1 with {floor.seq_len} tokens needs {need:.1f} GiB "
-                              f"(usable {tier.usable_gib:.1f} GiB); pick a larger card, a smaller model or QLoRA.", {}, round(need, 3), "", 0, "no"))
+        out.append(Suggestion(Msg("estimator.fit.nothing", card=tier_msg(tier), tokens=floor.seq_len, need=round(need, 1), usable=tier.usable_gib),
+                              {}, round(need, 3), "", 0, "no"))
     return [dataclasses.replace(s, rank=i + 1) for i, s in enumerate(out)]
 
 
@@ -778,6 +755,6 @@ def _combination(query: MemoryQuery, arch: Arch, tier: HardwareTier) -> tuple[in
     if not keys:
         return None
     need, paged = need_gib(q, tier)
-    desc = "Together: " + ", ".join(f"{k}={v}" for k, v in combo.items())
-    cost = "; ".join(dict.fromkeys(_COSTS[k][1] for k in keys))
+    desc = Msg("estimator.fit.together", changes=", ".join(f"{k}={v}" for k, v in combo.items()))
+    cost = Msg("estimator.fit.costs", costs=list(dict.fromkeys(_COSTS[k][1] for k in keys)))
     return max(_COSTS[k][0] for k in keys), need + paged, Suggestion(desc, combo, round(need, 3), cost, 0, tier_verdict(q, tier))

@@ -18,19 +18,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, ModelLoadError
+from ..errors import ModelLoadError
 from ..refs import LOOSE_HUB_ID_RE
 from ..sharing import token_kwargs
 from .arch_cache import cached_arch, write_cache
 from .architecture import Arch, analyze
 from .catalog import CatalogEntry, catalog_lookup
 from .compact_arch import builtin_arch
+from .texts import KeyedConfigError, Msg, model_error
 
 
 def resolve(ref: str) -> Arch:
     """The architecture behind a model reference (cached). Raises ModelLoadError/ConfigError with a clear message."""
     if not isinstance(ref, str) or not ref.strip():
-        raise ConfigError("model", ref, "a built-in preset, catalog name, Hugging Face id, config.json path or manual:... architecture")
+        raise KeyedConfigError("model", ref, Msg("estimator.allowed.model"))
     return _resolve_cached(ref.strip())
 
 
@@ -49,11 +50,7 @@ def _resolve_cached(ref: str) -> Arch:
         return _from_file(path, ref)
     if LOOSE_HUB_ID_RE.match(ref):
         return _from_hub(ref)
-    raise ModelLoadError(
-        f"Unknown model {ref!r}: use a built-in preset (builtin:compact-mini), a catalog name such as 'llama-3.1-8b' "
-        "(see `python -m engine estimate --list-models`), a Hugging Face id like 'Qwen/Qwen2.5-0.5B', "
-        "the path of a config.json, or a manual architecture."
-    )
+    raise model_error("estimator.error.unknown_model", ref=repr(ref))
 
 
 def _from_catalog(entry: CatalogEntry, ref: str) -> Arch:
@@ -80,9 +77,9 @@ def _from_file(path: Path, ref: str) -> Arch:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ModelLoadError(f"{path.name} is not valid JSON ({type(exc).__name__}). Upload the model's config.json as it is on the Hub.") from None
+        raise model_error("estimator.error.bad_json", file=path.name, kind=type(exc).__name__) from None
     if not isinstance(data, dict):
-        raise ModelLoadError(f"{path.name} must hold a JSON object with the model's configuration.")
+        raise model_error("estimator.error.not_object", file=path.name)
     cfg = config_from_dict(data, where=path.name)
     return analyze(cfg, ref=ref, label=f"{data.get('_name_or_path') or path.name} (uploaded config)", source=str(path))
 
@@ -98,31 +95,25 @@ def _from_hub(repo: str) -> Arch:
         )
     except ImportError as exc:
         raise ModelLoadError(f"huggingface_hub is needed to fetch {repo!r}: {exc}") from exc
-    offline = (
-        f"Could not fetch config.json of {repo!r} from the Hugging Face Hub: you seem to be offline. "
-        "Pick a catalog model or built-in preset, upload the model's config.json, or enter the architecture manually."
-    )
+    offline = {"key": "estimator.error.offline", "repo": repr(repo)}
     try:  # a config fetched before is in huggingface_hub's cache: no network needed
         return _hub_arch(repo, hf_hub_download(repo, "config.json", local_files_only=True, **token_kwargs()))
     except (LocalEntryNotFoundError, OSError):
         pass
     if constants.HF_HUB_OFFLINE or not _hub_reachable(constants.ENDPOINT):
-        raise ModelLoadError(offline)  # fail fast instead of huggingface_hub's retries with backoff
+        raise ModelLoadError(**offline)  # fail fast instead of huggingface_hub's retries with backoff
     try:
         path = hf_hub_download(repo, "config.json", etag_timeout=5, **token_kwargs())
     except GatedRepoError as exc:
-        raise ModelLoadError(
-            f"{repo!r} is gated on the Hub: accept its licence and log in (HF_TOKEN), or upload its config.json, "
-            "or pick the same architecture from the catalog."
-        ) from exc
+        raise model_error("estimator.error.gated", repo=repr(repo)) from exc
     except RepositoryNotFoundError as exc:
-        raise ModelLoadError(f"No Hugging Face repository {repo!r} (or it is private). Check the id.") from exc
+        raise model_error("estimator.error.no_repo", repo=repr(repo)) from exc
     except LocalEntryNotFoundError as exc:  # raised when the Hub cannot be reached and nothing is cached
-        raise ModelLoadError(offline) from exc
+        raise ModelLoadError(**offline) from exc
     except EntryNotFoundError as exc:
-        raise ModelLoadError(f"{repo!r} has no config.json; is it a transformers model?") from exc
+        raise model_error("estimator.error.no_config", repo=repr(repo)) from exc
     except Exception as exc:  # DNS, timeouts, proxies, HTTP 5xx: all mean "cannot reach the Hub"
-        raise ModelLoadError(f"{offline} ({type(exc).__name__})") from exc
+        raise model_error("estimator.error.unreachable", repo=repr(repo), kind=type(exc).__name__) from exc
     return _hub_arch(repo, path)
 
 
@@ -190,7 +181,7 @@ def check_arch_bounds(values: dict[str, int], *, where: str = "") -> None:
     for name, value in values.items():
         bound = ARCH_BOUNDS.get(name)
         if bound is not None and value > bound:
-            raise ConfigError(name, value, f"at most {bound:,}" + (f" ({where})" if where else "") + "; no published model is that large")
+            raise KeyedConfigError(name, value, Msg("estimator.allowed.at_most_where" if where else "estimator.allowed.at_most", bound=bound, where=where))
 
 
 def arch_from_manual(layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int, vocab: int, tied: bool) -> Arch:
@@ -199,12 +190,12 @@ def arch_from_manual(layers: int, hidden: int, heads: int, kv_heads: int, interm
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")) \
                 or int(value) != value or value < 1:
-            raise ConfigError(name, value, "a whole number >= 1")
+            raise KeyedConfigError(name, value, Msg("estimator.allowed.whole_number"))
     check_arch_bounds({k: int(v) for k, v in values.items()})
     if hidden % heads:
-        raise ConfigError("heads", heads, f"a divisor of hidden ({hidden})")
+        raise KeyedConfigError("heads", heads, Msg("estimator.allowed.divisor_of_hidden", hidden=int(hidden)))
     if heads % kv_heads:
-        raise ConfigError("kv_heads", kv_heads, f"a divisor of heads ({heads})")
+        raise KeyedConfigError("kv_heads", kv_heads, Msg("estimator.allowed.divisor_of_heads", heads=int(heads)))
     ref = f"manual:L={int(layers)},h={int(hidden)},a={int(heads)},kv={int(kv_heads)},i={int(intermediate)},v={int(vocab)},tied={int(bool(tied))}"
     return resolve(ref)
 
@@ -215,27 +206,27 @@ def _manual_config(ref: str) -> Any:
     parts: dict[str, int] = {}
     for item in ref[len("manual:"):].split(","):
         if "=" not in item:
-            raise ConfigError("model", ref, "manual:L=<layers>,h=<hidden>,a=<heads>,kv=<kv heads>,i=<intermediate>,v=<vocab>,tied=<0|1>")
+            raise KeyedConfigError("model", ref, Msg("estimator.allowed.manual_form"))
         key, _, value = item.partition("=")
         key = key.strip()
         if key not in _MANUAL_KEYS:
-            raise ConfigError("model", ref, "keys L, h, a, kv, i, v, tied")
+            raise KeyedConfigError("model", ref, Msg("estimator.allowed.manual_keys"))
         try:
             parts[key] = int(value)
         except ValueError:
-            raise ConfigError(f"model ({_MANUAL_KEYS[key]})", value, "a whole number") from None
+            raise KeyedConfigError(f"model ({_MANUAL_KEYS[key]})", value, Msg("estimator.allowed.whole")) from None
     missing = [k for k in ("L", "h", "a", "i", "v") if k not in parts]
     if missing:
-        raise ConfigError("model", ref, "all of L, h, a, i, v (kv and tied are optional)")
+        raise KeyedConfigError("model", ref, Msg("estimator.allowed.manual_all"))
     kv = parts.get("kv", parts["a"])
     for key, value in parts.items():
         if key != "tied" and value < 1:
-            raise ConfigError(_MANUAL_KEYS[key], value, "a whole number >= 1")
+            raise KeyedConfigError(_MANUAL_KEYS[key], value, Msg("estimator.allowed.whole_number"))
     check_arch_bounds({_MANUAL_KEYS[k]: v for k, v in {**parts, "kv": kv}.items() if k != "tied"})
     if parts["h"] % parts["a"]:
-        raise ConfigError("heads", parts["a"], f"a divisor of hidden ({parts['h']})")
+        raise KeyedConfigError("heads", parts["a"], Msg("estimator.allowed.divisor_of_hidden", hidden=parts["h"]))
     if parts["a"] % kv:
-        raise ConfigError("kv_heads", kv, f"a divisor of heads ({parts['a']})")
+        raise KeyedConfigError("kv_heads", kv, Msg("estimator.allowed.divisor_of_heads", heads=parts["a"]))
     return LlamaConfig(
         num_hidden_layers=parts["L"], hidden_size=parts["h"], num_attention_heads=parts["a"], num_key_value_heads=kv,
         intermediate_size=parts["i"], vocab_size=parts["v"], tie_word_embeddings=bool(parts.get("tied", 0)),

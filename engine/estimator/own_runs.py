@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..runs import read_events
 from .catalog import HardwareTier
+from .texts import Msg
 
 MIN_RATIO, MAX_RATIO = 0.5, 2.0  # beyond these a run measured something else (another process, a crash): ignored
 
@@ -92,7 +93,7 @@ class CapacityCorrection:
     tier: HardwareTier  # the card's tier with usable_gib corrected
     ratio: float  # median measured / predicted over the runs used
     runs: int  # how many runs it rests on
-    why: str  # one line for people
+    why: str  # one line for people (a texts.Msg: English, or rendered in the visitor's language)
 
 
 def capacity_correction(points: list[RunPoint], device_name: str, tier: HardwareTier) -> CapacityCorrection | None:
@@ -105,7 +106,6 @@ def capacity_correction(points: list[RunPoint], device_name: str, tier: Hardware
     ratio = statistics.median(ratios)
     # the ratio is on what PyTorch allocates: the CUDA context is the card's own and is not scaled
     usable = min(tier.cuda_context_gib + (tier.usable_gib - tier.cuda_context_gib) / ratio, tier.total_gib)
-    more = "more" if ratio > 1 else "less"
-    why = (f"{len(ratios)} finished run(s) on this {device_name} measured {abs(ratio - 1) * 100:.0f}% {more} than predicted "
-           f"(median): its usable memory counts as {usable:.1f} GiB instead of {tier.usable_gib:.1f} GiB for the verdict.")
+    why = Msg("estimator.runs.why_more" if ratio > 1 else "estimator.runs.why_less", runs=len(ratios), device=device_name,
+              percent=round(abs(ratio - 1) * 100), usable=round(usable, 1), was=float(tier.usable_gib))
     return CapacityCorrection(dataclasses.replace(tier, usable_gib=round(usable, 3)), ratio, len(ratios), why)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..config import MemoryQuery
 from .architecture import Arch
+from .texts import Msg
 
 # --------------------------------------------------------------------------------------------------
 # Precision plan: which dtype every kind of tensor has for this query
@@ -44,10 +45,10 @@ def precision_plan(q: MemoryQuery, arch: Arch) -> PrecisionPlan:
     task = q.task
     if task == "full" and wp in QUANT_DTYPES:
         master = "bf16" if tp == "pure-bf16" else "fp32"
-        notes.append(f"Full fine-tuning cannot update {wp} weights; estimated with {master} master weights.")
+        notes.append(Msg("estimator.note.full_quantized", precision=wp, master=master))
         wp = "auto"
     if task == "qlora" and wp not in ("auto", *QUANT_DTYPES):
-        notes.append(f"QLoRA with {wp} weights is plain LoRA; estimated as LoRA on {wp} weights.")
+        notes.append(Msg("estimator.note.qlora_float", precision=wp))
     if wp == "auto":
         if task == "qlora":
             wp = "nf4"
@@ -58,7 +59,7 @@ def precision_plan(q: MemoryQuery, arch: Arch) -> PrecisionPlan:
         else:
             wp = "fp16" if tp == "amp-fp16" else "bf16"
     if training and tp == "pure-bf16" and wp in ("fp32", "fp16"):
-        notes.append("pure-bf16 keeps every tensor in bf16; weights counted as bf16.")
+        notes.append(Msg("estimator.note.pure_bf16"))
         wp = "bf16"
     quant = wp in QUANT_DTYPES
     if not training:

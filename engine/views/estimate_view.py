@@ -1,8 +1,10 @@
-"""The Memory estimator panel's results for one query: the totals with their cross-validated band, the breakdown
-chart and table (with the named physical components inside the terms), the verdict per card, the limits on the
-chosen card and the cheapest changes that make the job fit; "your runs" (this machine's predicted vs measured peaks
-and the correction of its card's usable memory they imply); and the Fine-tune form values for a query (with one of
-those changes applied)."""
+"""The Memory estimator panel's results for one query, in the visitor's language: the totals with their
+cross-validated band, the breakdown (a stacked bar with a complete legend, and a table with the named physical
+components inside the terms), memory per card as bars against each card's usable memory (and the same as a table),
+the limits on the chosen card and the cheapest changes that make the job fit (or how much room is left); "your runs"
+(this machine's predicted vs measured peaks and the correction of its card's usable memory they imply); the Fine-tune
+form values for a query (with one of those changes applied); and what the panel opens on (a popular real model with
+the usual training settings, on this machine's card)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import functools
 import statistics
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -19,56 +21,175 @@ from ..errors import EngineError
 from ..estimator import memory
 from ..estimator.catalog import tier_by_name
 from ..estimator.handoff import train_values_from_query
+from ..estimator.local_card import default_tier
 from ..estimator.own_runs import RunPoint, capacity_correction, run_points
 from ..estimator.recipes import tier_for_device
+from ..estimator.texts import render, term_name, tier_name
 from ..fields import from_flat
 from ..hardware.device import DeviceInfo, detect_device
+from ..i18n import fmt_number, norm_lang, t
+from .estimate_charts import CardBar, breakdown_html, card_bars_html
 
-VERDICTS = {"fits": "fits", "tight": "tight", "no": "does not fit"}
+# What the panel opens on: a popular, openly licensed 1.5B instruct model (offline from presets/catalog_arch.json, and
+# a Hub id the Fine-tune panel can load), with checkpointing on as every QLoRA/LoRA recipe trains (the dataclass
+# default stays off, so the CLI and the JSONL queries keep their meaning).
+DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
+FORM_DEFAULTS: dict[str, Any] = {"grad_ckpt": True}
+VERDICT_ICONS = {"fits": "✅", "tight": "⚠️", "no": "❌"}
 
 
-def estimate_outputs(q: MemoryQuery, tier: str) -> tuple[str, pd.DataFrame, list[list[Any]], list[list[Any]], str, list[list[Any]]]:
-    """(totals markdown, chart frame, breakdown rows, verdict rows, limits markdown, make-it-fit rows) for the query on
-    the card `tier`. Raises EngineError when the query cannot be estimated; a card-specific failure becomes the limits text."""
-    est = memory.estimate(q)
-    rows = memory.breakdown_rows(est) + [[f"↳ {name}", gib, "a component inside the terms above"] for name, gib in memory.detail_rows(est)]
-    chart_df = pd.DataFrame([{"job": q.task, "term": r[0], "GiB": r[1]} for r in rows if r[1] > 0 and not r[0].startswith("↳")])
-    tier_rows = [[t.label, t.usable_gib, VERDICTS.get(est.tiers.get(t.name, ""), "?")] for t in memory.hardware_tiers()]
-    md = (f"### {est.allocated_gib:.2f} GiB allocated by PyTorch · {est.total_gib:.2f} GiB in nvidia-smi\n"
-          f"{est.params / 1e6:,.1f} M parameters, {est.trainable_params / 1e6:,.2f} M trainable · effective batch {q.batch * q.grad_accum}"
-          f"\n\n{band_line(est)}")
+class Panel(NamedTuple):
+    """The estimate for one query, ready to show."""
+
+    totals: str  # markdown
+    chart: str  # HTML: the breakdown as a stacked bar with its legend
+    breakdown: pd.DataFrame  # term, GiB, what it is
+    tiers: pd.DataFrame  # card, need, usable, verdict
+    limits: str  # markdown: largest batch / sequence on the chosen card, and "make it fit"
+    fit: pd.DataFrame  # the changes that make it fit, cheapest first (no rows: nothing to change)
+    bars: str  # HTML: memory per card
+
+
+def model_choices() -> list[str]:
+    """The model dropdown: the default model, then the built-in presets and the catalog."""
+    return [DEFAULT_MODEL, *(m for m in memory.model_choices() if m != DEFAULT_MODEL)]
+
+
+def tier_choices(lang: str = "en") -> list[tuple[str, str]]:
+    """The card dropdown: (name in `lang`, tier id); the value stays the id (API callers and the CLI use ids)."""
+    return [(tier_name(tier, lang), tier.name) for tier in memory.hardware_tiers()]
+
+
+def opening_tier() -> str:
+    """The card the panel opens on: this machine's (engine/estimator/local_card.py)."""
+    return default_tier()
+
+
+def verdict_text(verdict: str, lang: str = "en") -> str:
+    """fits / tight / no in words."""
+    return t(f"estimator.verdict.{verdict}", lang) if verdict in VERDICT_ICONS else "?"
+
+
+def _n(value: float, lang: str, digits: int = 2) -> str:
+    """A GiB figure with a fixed number of decimals (3.00, not 3), in the language's notation (3,00 in Portuguese)."""
+    text = f"{value:,.{digits}f}"
+    return text.translate(str.maketrans(",.", ".,")) if norm_lang(lang) == "pt-BR" else text
+
+
+def _gib(value: float, lang: str) -> str:
+    return "<" + fmt_number(0.01, lang) if 0 < value < 0.005 else _n(value, lang)
+
+
+def _count(n: int, lang: str) -> str:
+    """A parameter count for people: 1.54 B, 18.5 M."""
+    return f"{_n(n / 1e9, lang)} B" if n >= 1e9 else f"{fmt_number(round(n / 1e6, 1), lang, 1)} M"
+
+
+def totals_md(q: MemoryQuery, est: memory.MemoryEstimate, lang: str = "en") -> str:
+    """The two totals, which is which, the model and its size, and the band."""
+    md = (t("estimator.totals.head", lang, allocated=_n(est.allocated_gib, lang), total=_n(est.total_gib, lang))
+          + "\n\n" + t("estimator.totals.model", lang, model=_shown_model(q, est), params=_count(est.params, lang), trainable=_count(est.trainable_params, lang),
+                       effective=fmt_number(q.batch * q.grad_accum, lang), phase=t(f"estimator.phase.{est.phase.replace(' ', '_')}", lang))
+          + "\n\n" + band_line(est, lang) + "\n\n" + t("estimator.totals.which", lang))
     if est.notes:
-        md += "\n\n" + "\n".join(f"- {n}" for n in est.notes)
-    try:
-        mb, ms = memory.max_batch(q, tier), memory.max_seq_len(q, tier)
-        lim = f"On **{tier}**: largest batch that fits **{mb}** (at seq {q.seq_len}), longest sequence **{ms}** (at batch {q.batch})."
-        sugg = memory.make_it_fit(q, tier)
-        fit_rows = [[s.rank, s.description, round(s.new_total_gib, 2), s.cost] for s in sugg]
-    except EngineError as exc:
-        lim, fit_rows = f"⚠ {exc}", []
-    return md, chart_df, rows, tier_rows, lim, fit_rows
+        md += "\n\n" + "\n".join(f"- {render(n, lang)}" for n in est.notes)
+    return md
 
 
-def band_line(est: memory.MemoryEstimate) -> str:
+def _shown_model(q: MemoryQuery, est: memory.MemoryEstimate) -> str:
+    """The Hub id the person typed or picked (an instruct variant shares its base's architecture), else the model's label
+    (a catalog name with its id, an uploaded config without its server path, a manual architecture)."""
+    ref = q.model.strip()
+    return ref if "/" in ref and not ref.startswith(("/", "~", ".")) and not ref.endswith(".json") and ":" not in ref else est.model
+
+
+def band_line(est: memory.MemoryEstimate, lang: str = "en") -> str:
     """The band of an estimate in plain words, with the number of measurements behind it."""
     band = est.band
     if band is None or band.n == 0:
-        return "No published measurement validates this kind of job yet: the figure has no error band."
+        return t("estimator.band.none", lang)
     lo, hi = est.range_gib(est.allocated_gib)
-    few = " (few measurements: treat it as indicative)" if band.n < 5 else ""
-    return (f"Likely **{lo:.2f}–{hi:.2f} GiB** allocated (80% band from the leave-one-source-out error of **{band.n}** "
-            f"published {band.category} measurements{few}). A card is *tight* when its usable memory falls inside the band.")
+    return t("estimator.band.line", lang, low=_n(lo, lang), high=_n(hi, lang), n=band.n, category=band.category,
+             few=t("estimator.band.few", lang) if band.n < 5 else "")
 
 
-def estimate_or_warning(query: Callable[[], MemoryQuery], tier: str, runs_dir: Path | None = None, shared: bool = False) -> tuple[Any, ...]:
-    """estimate_outputs + your_runs_outputs for the query that query() makes; an engine error (making the query or
-    estimating it) is shown in place of the totals and the other outputs are emptied: the panel updates as the form
-    changes and never raises."""
+def _breakdown(est: memory.MemoryEstimate, lang: str) -> tuple[str, pd.DataFrame]:
+    rows = [[name, gib, what] for name, gib, what in memory.breakdown_rows(est, lang) if gib > 0]
+    segments = [(term_name(term, lang), est.breakdown_gib[term], i) for i, term in enumerate(memory.TERMS) if est.breakdown_gib.get(term, 0) > 0]
+    rows = [[r[0], _gib(r[1], lang), r[2]] for r in rows]
+    rows += [[f"↳ {render(name, lang)}", _gib(gib, lang), t("estimator.breakdown.inside", lang)] for name, gib in memory.detail_rows(est)]
+    cols = [t(f"estimator.breakdown.{c}", lang) for c in ("term", "gib", "what")]
+    return breakdown_html(segments, est.total_gib, lang), pd.DataFrame(rows, columns=cols)
+
+
+def _cards(q: MemoryQuery, est: memory.MemoryEstimate, chosen: str, lang: str) -> tuple[str, pd.DataFrame]:
+    bars, rows = [], []
+    band = est.band
+    low, high = (band.low, band.high) if band is not None else (1.0, 1.0)
+    for tier in memory.hardware_tiers():
+        need, paged = memory.need_gib(q, tier)
+        ctx = tier.cuda_context_gib
+        verdict = est.tiers.get(tier.name, "")
+        words = verdict_text(verdict, lang)
+        name = tier_name(tier, lang)
+        bars.append(CardBar(name, tier.label, need + paged, ctx + (need - ctx) * low + paged, ctx + (need - ctx) * high + paged,
+                            tier.usable_gib, verdict, words, tier.name == chosen))
+        rows.append([name, _n(need + paged, lang), _n(tier.usable_gib, lang), f"{VERDICT_ICONS.get(verdict, '')} {words}".strip()])
+    cols = [t(f"estimator.cards.{c}", lang) for c in ("card", "need", "usable", "verdict")]
+    return card_bars_html(bars, lang), pd.DataFrame(rows, columns=cols)
+
+
+def limits_and_fit(q: MemoryQuery, tier: str, lang: str = "en") -> tuple[str, pd.DataFrame]:
+    """(markdown, rows) for the chosen card: the largest batch and sequence that fit, then "make it fit": the
+    cheapest changes, or how much room is left when nothing is needed. A card-specific failure (an unknown card) is
+    the markdown, with no rows."""
+    cols = [t(f"estimator.fit.col_{c}", lang) for c in ("rank", "change", "total", "cost")]
+    try:
+        card = tier_by_name(tier)
+        name = tier_name(card, lang)
+        mb, ms = memory.max_batch(q, tier), memory.max_seq_len(q, tier)
+        if mb:
+            lim = t("estimator.limits.line", lang, card=name, batch=fmt_number(mb, lang), seq=fmt_number(q.seq_len, lang),
+                    seq_max=fmt_number(ms, lang), at_batch=fmt_number(q.batch, lang))
+        else:
+            lim = t("estimator.limits.none", lang, card=name, seq=fmt_number(q.seq_len, lang))
+        sugg = memory.make_it_fit(q, tier)
+        if sugg:
+            rows = [[s.rank, render(s.description, lang), _n(s.new_total_gib, lang), render(s.cost, lang)] for s in sugg]
+            return lim + "\n\n" + t("estimator.fit.some", lang, card=name), pd.DataFrame(rows, columns=cols)
+        need, paged = memory.need_gib(q, card)
+        spare = card.usable_gib - need - paged
+        if memory.tier_verdict(q, card) == "fits":
+            room = t("estimator.fit.already", lang, card=name, spare=_n(max(spare, 0.0), lang))
+        else:
+            room = t("estimator.fit.tight", lang, card=name, need=_n(need + paged, lang), usable=_n(card.usable_gib, lang))
+        return lim + "\n\n" + room, pd.DataFrame([], columns=cols)
+    except EngineError as exc:
+        return f"⚠ {exc.render(lang)}", pd.DataFrame([], columns=cols)
+
+
+def estimate_outputs(q: MemoryQuery, tier: str, lang: str = "en") -> Panel:
+    """Everything the panel shows for the query on the card `tier`, in `lang`. Raises EngineError when the query
+    cannot be estimated; a card-specific failure becomes the limits text."""
+    est = memory.estimate(q)
+    chart, breakdown = _breakdown(est, lang)
+    bars, tiers = _cards(q, est, tier, lang)
+    limits, fit = limits_and_fit(q, tier, lang)
+    return Panel(totals_md(q, est, lang), chart, breakdown, tiers, limits, fit, bars)
+
+
+def estimate_or_warning(query: Callable[[], MemoryQuery], tier: str, runs_dir: Path | None = None, shared: bool = False,
+                        lang: str = "en") -> tuple[Any, ...]:
+    """The panel's outputs in the page's order (totals, chart, breakdown, verdict table, limits, make-it-fit, your
+    runs text and frame, card bars) for the query that query() makes; an engine error (making the query or estimating
+    it) is shown in place of the totals and the other outputs are emptied: the panel updates as the form changes and
+    never raises."""
     try:
         q = query()
-        return (*estimate_outputs(q, tier), *your_runs_outputs(q, runs_dir, shared))
+        p = estimate_outputs(q, tier, lang)
+        return (*p[:6], *your_runs_outputs(q, runs_dir, shared, lang=lang), p.bars)
     except EngineError as exc:
-        return f"**⚠ {exc}**", None, None, None, "", None, "", None
+        return f"**⚠ {exc.render(lang)}**", "", None, None, "", None, "", None, ""
 
 
 @functools.lru_cache(maxsize=1)
@@ -77,37 +198,49 @@ def this_device() -> DeviceInfo:
     return detect_device()
 
 
-def runs_frame(points: list[RunPoint]) -> pd.DataFrame:
+def runs_columns(lang: str = "en") -> list[str]:
+    """The scatter's columns in `lang`: predicted, measured, error %, run, device."""
+    return [t(f"estimator.runs.col_{c}", lang) for c in ("predicted", "measured", "error", "run", "device")]
+
+
+def runs_frame(points: list[RunPoint], lang: str = "en") -> pd.DataFrame:
     """The scatter of predicted vs measured peak, one row per finished run."""
-    return pd.DataFrame([{"predicted GiB": round(p.predicted_gib, 3), "measured GiB": round(p.measured_gib, 3),
-                          "error %": round(100 * p.error, 1), "run": p.name, "device": p.device or p.device_kind or "?"} for p in points],
-                        columns=["predicted GiB", "measured GiB", "error %", "run", "device"])
+    return pd.DataFrame([[round(p.predicted_gib, 3), round(p.measured_gib, 3), round(100 * p.error, 1), p.name, p.device or p.device_kind or "?"]
+                         for p in points], columns=runs_columns(lang))
 
 
-def your_runs_outputs(q: MemoryQuery, runs_dir: Path | None, shared: bool = False,
-                      device: DeviceInfo | None = None) -> tuple[str, pd.DataFrame | None]:
+def your_runs_outputs(q: MemoryQuery, runs_dir: Path | None, shared: bool = False, device: DeviceInfo | None = None,
+                      lang: str = "en") -> tuple[str, pd.DataFrame | None]:
     """(markdown, scatter frame) of this machine's finished runs and, on a GPU with runs, the verdict for this query
     on this machine's card with its usable memory corrected from them. On a shared link nothing is listed: the runs
     folder holds other visitors' runs."""
     if shared:
-        return "Your runs are not listed on a shared link.", None
+        return t("estimator.runs.shared", lang), None
     if runs_dir is None:
         return "", None
     points = run_points(runs_dir)
     if not points:
-        return "No finished run yet: after a run, its predicted and measured peak memory appear here.", None
+        return t("estimator.runs.none", lang), None
     errs = [abs(p.error) * 100 for p in points]
-    md = f"**Your runs**: {len(points)} finished, median error {statistics.median(errs):.0f}% (predicted vs measured peak allocated)."
+    md = t("estimator.runs.summary", lang, n=len(points), error=fmt_number(round(statistics.median(errs)), lang))
     device = device or this_device()
     if device.kind == "cuda":
         tier = tier_by_name(tier_for_device(device))
         corr = capacity_correction(points, device.name, tier)
         if corr is not None:
-            verdict = VERDICTS[memory.tier_verdict(q, corr.tier)]
-            md += f"\n\nOn this machine ({device.name}): **{verdict}**. {corr.why}"
-    else:
-        md += "\n\nCPU runs measure the process's whole memory (RSS), so they do not correct any card's capacity."
-    return md, runs_frame(points)
+            verdict = verdict_text(memory.tier_verdict(q, corr.tier), lang)
+            md += "\n\n" + t("estimator.runs.this_machine", lang, device=device.name, verdict=verdict, why=render(corr.why, lang))
+    if any(p.device_kind == "cpu" for p in points):
+        md += "\n\n" + t("estimator.runs.cpu", lang)
+    return md, runs_frame(points, lang)
+
+
+def memory_status_line(predicted_gib: float | None, measured_gib: float | None, device_kind: str, lang: str = "en") -> str:
+    """A run's "memory: predicted / measured" line that says which figure is which: the prediction is the model's
+    training memory; on a GPU the measurement is PyTorch's peak, on a CPU the whole process's peak RSS (Python, PyTorch,
+    data and model), which is why it is larger there. For the run status (engine/views/run_view.py)."""
+    kind = "cpu" if device_kind == "cpu" else "gpu"
+    return t(f"estimator.memory_line.{kind}", lang, predicted=_n(predicted_gib or 0.0, lang), measured=_n(measured_gib or 0.0, lang))
 
 
 def finetune_values(q: MemoryQuery, tier: str, pick: int | None) -> tuple[dict[str, Any], int | None]:

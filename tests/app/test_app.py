@@ -39,13 +39,24 @@ GEN_NAMES = [s.name for s in field_specs(GenerationSettings)]
 
 def test_estimator_api(client):
     out = client.predict("builtin:compact-mini", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
-    totals, _chart, breakdown, tiers, _limits, _fit, runs_md, _runs_plot = out
+    totals, chart, breakdown, tiers, limits, _fit, runs_md, _runs_plot, bars = out
     assert "GiB" in totals and "parameters" in totals and "80% band" in totals and "measurements" in totals
     assert "run" in runs_md.lower()  # "your runs": none yet, or this machine's finished runs
     rows = breakdown["data"] if isinstance(breakdown, dict) else breakdown
     assert any("weights" in str(r[0]).lower() for r in rows)
     tier_rows = tiers["data"] if isinstance(tiers, dict) else tiers
-    assert all(r[2] in ("fits", "tight", "does not fit") for r in tier_rows)
+    assert all(r[3].split(" ", 1)[-1] in ("fits", "tight", "does not fit") for r in tier_rows)
+    assert "Memory per card" in bars and "NVIDIA T4 · 16 GB" in bars and "Where the memory goes" in chart
+    assert "nothing to change" in limits and "to spare" in limits
+
+
+def test_estimator_speaks_the_visitors_language(client):
+    pt = Client(client.src, verbose=False, headers={"Accept-Language": "pt-BR,pt;q=0.9"})
+    out = pt.predict("Qwen/Qwen2.5-1.5B-Instruct", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES, {"grad_ckpt": True}), api_name="/estimate")
+    totals, _chart, _breakdown, tiers, limits, _fit, _runs_md, _runs_plot, bars = out
+    assert "alocados pelo PyTorch" in totals and "Já cabe na NVIDIA T4" in limits and "Memória por placa" in bars
+    tier_rows = tiers["data"] if isinstance(tiers, dict) else tiers
+    assert {r[3].split(" ", 1)[-1] for r in tier_rows} <= {"cabe", "no limite", "não cabe"}
 
 
 def test_bad_estimator_input_is_a_message_not_a_crash(client):
@@ -110,7 +121,7 @@ def test_manual_architecture_and_server_paths_in_estimator(client):
     ref = update["value"] if isinstance(update, dict) else update
     assert ref.startswith("manual:L=32,h=4096")
     out = client.predict(ref, "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
-    assert "parameters" in out[0] and "8,0" in out[0]  # a Llama-3-8B-shaped model: ~8,030 M parameters
+    assert "parameters" in out[0] and "8.03 B parameters" in out[0]  # a Llama-3-8B-shaped model: ~8,030 M parameters
     out = client.predict("/etc/passwd.json", "t4-16gb", *_defaults(MemoryQuery, EST_NAMES), api_name="/estimate")
     assert "server paths are not accepted" in out[0]
 

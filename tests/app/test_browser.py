@@ -22,7 +22,7 @@ def page(runs_dir):
 
     demo = app.build_app(runs_dir)
     demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **app.launch_options())
     with playwright_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -41,8 +41,35 @@ def _shot(page, name):
 
 def test_estimator_shows_breakdown_and_verdicts(page):
     page.get_by_text("allocated by PyTorch").first.wait_for(timeout=30_000)
-    assert page.get_by_text("Verdict per card").count() >= 1
+    page.get_by_text("Verdict per card").first.wait_for(timeout=10_000)
+    from engine.estimator.catalog import hardware_tiers
+
+    # opens on a real instruct model, with a bar and a verdict in words for every card
+    assert page.locator("#estimator-model input").input_value() == "Qwen/Qwen2.5-1.5B-Instruct"
+    bars = page.locator("#estimator-bars")
+    bars.get_by_text("NVIDIA T4 · 16 GB").first.wait_for(timeout=30_000)
+    assert bars.locator('[role="img"]').count() == len(hardware_tiers())
+    assert "t4-16gb" not in bars.inner_text() and "fits" in bars.inner_text()
+    assert "to spare" in page.locator("#estimator-limits").inner_text()
     _shot(page, "estimator")
+
+
+def test_estimator_in_portuguese(page):
+    from engine.estimator.catalog import hardware_tiers
+
+    ctx = page.context.browser.new_context(locale="pt-BR", viewport={"width": 1400, "height": 1000})
+    try:
+        pt = ctx.new_page()
+        pt.goto(page.url)
+        bars = pt.locator("#estimator-bars")
+        bars.get_by_text("Memória por placa").wait_for(timeout=60_000)
+        assert bars.locator('[role="img"]').count() == len(hardware_tiers()) and "cabe" in bars.inner_text()
+        assert "alocados pelo PyTorch" in pt.locator("#estimator-totals").inner_text()
+        assert "de folga" in pt.locator("#estimator-limits").inner_text()
+        assert "Para onde vai a memória" in pt.locator("#estimator-breakdown-chart").inner_text()
+        _shot(pt, "estimator-pt-BR")
+    finally:
+        ctx.close()
 
 
 def test_train_from_the_form_then_generate(page, runs_dir):

@@ -73,7 +73,10 @@ def test_your_runs_outputs_gpu_cpu_shared_and_empty(runs, tmp_path_factory):
     assert "4 finished" in md and "On this machine (Tesla T4)" in md and "usable memory counts as" in md
     assert list(frame.columns) == ["predicted GiB", "measured GiB", "error %", "run", "device"] and len(frame) == 4
     md, _ = your_runs_outputs(q, runs, device=CPU)
-    assert "do not correct" in md
+    assert "never correct a card's capacity" in md and "whole process" in md  # which figure is the process, which the model
+    md, frame = your_runs_outputs(q, runs, device=T4, lang="pt-BR")
+    assert "4 terminada(s)" in md and "Nesta máquina (Tesla T4)" in md and "processo inteiro" in md
+    assert list(frame.columns) == ["previsto (GiB)", "medido (GiB)", "erro %", "execução", "dispositivo"]
     md, frame = your_runs_outputs(q, runs, shared=True, device=T4)
     assert "not listed" in md and frame is None
     md, frame = your_runs_outputs(q, tmp_path_factory.mktemp("empty"), device=T4)
