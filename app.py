@@ -55,29 +55,29 @@ T = I18N  # T("finetune.tab"): a static text, translated by the browser (presets
 LANG_HEAD = """<script>
 (() => {
   let l = null;
-  try { l = localStorage.getItem("%(cookie)s"); } catch (e) {}
+  try { l = localStorage.getItem("@COOKIE@"); } catch (e) {}
   const eff = (l || navigator.language || "en").toLowerCase().startsWith("pt") ? "pt-BR" : "en";
-  document.cookie = "%(cookie)s=" + eff + "; path=/; max-age=31536000; SameSite=Lax";
+  document.cookie = "@COOKIE@=" + eff + "; path=/; max-age=31536000; SameSite=Lax";
   window.labSetLocale = async (lang) => {
     const url = performance.getEntriesByType("resource").map((e) => e.name).find((n) => /\/assets\/core-[^/]*\.js$/.test(n));
     if (url) { try { (await import(url)).changeLocale(lang); } catch (e) {} }
   };
   if (l) window.labSetLocale(l);  // gradio runs this head before it mounts the page: labels come in the chosen language
 })();
-</script>""" % {"cookie": i18n.COOKIE}
+</script>""".replace("@COOKIE@", i18n.COOKIE)
 LANG_SWITCH_JS = """(l) => {
-  try { localStorage.setItem("%(cookie)s", l); } catch (e) {}
-  document.cookie = "%(cookie)s=" + l + "; path=/; max-age=31536000; SameSite=Lax";
+  try { localStorage.setItem("@COOKIE@", l); } catch (e) {}
+  document.cookie = "@COOKIE@=" + l + "; path=/; max-age=31536000; SameSite=Lax";
   location.reload();
   return l;
-}""" % {"cookie": i18n.COOKIE}
+}""".replace("@COOKIE@", i18n.COOKIE)
 LANG_NOW_JS = """async () => {
   let saved = null;
-  try { saved = localStorage.getItem("%(cookie)s"); } catch (e) {}
+  try { saved = localStorage.getItem("@COOKIE@"); } catch (e) {}
   if (saved && window.labSetLocale) await window.labSetLocale(saved);
   const l = saved || navigator.language || "en";
   return l.toLowerCase().startsWith("pt") ? "pt-BR" : "en";
-}""" % {"cookie": i18n.COOKIE}
+}""".replace("@COOKIE@", i18n.COOKIE)
 
 
 def lang_of(request: gr.Request | None = None) -> str:
