@@ -52,7 +52,7 @@ T = I18N  # T("finetune.tab"): a static text, translated by the browser (presets
 # The language: the browser's (gradio's gr.I18n follows navigator.language) unless the page's switch chose one (kept in
 # local storage, applied at load through gradio's own changeLocale). A cookie tells the server (lang_of), so texts built
 # there (statuses, tables, errors) come in the same language.
-LANG_HEAD = """<script>
+LANG_HEAD = r"""<script>
 (() => {
   let l = null;
   try { l = localStorage.getItem("@COOKIE@"); } catch (e) {}
