@@ -840,7 +840,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         # opened, and an unmounted BrowserState is never read from or saved to the browser.
         browser_key = gr.BrowserState(None, storage_key="compact-llm-lab-owner")
         lang_switch = language_switch()
-        gr.Markdown("# Compact LLM Lab", elem_id="page-title")
+        gr.Markdown("# " + i18n.t("app.title"), elem_id="page-title")  # the name, the same in every language
         gr.Markdown(T("app.intro"), elem_id="page-intro")
         # the runs folder is data (a path), so the line is rendered per visitor; a shared app's notice is the same for all
         notice = gr.Markdown(T("app.shared_notice") if sharing.is_shared() else "", elem_id="page-notice")
@@ -856,7 +856,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         for block in demo.blocks.values():
             if isinstance(block, gr.Tabs):
                 block.overflow_behavior = "wrap"
-        for step, tab_id in zip(guide, ("est", "ft", "pg")):
+        for step, tab_id in zip(guide, ("est", "ft", "pg"), strict=True):
             step.click(open_panel(tab_id), None, [tabs], queue=False, api_visibility="private")
         if not sharing.is_shared():
             demo.load(lambda: tr("app.runs_folder", path=str(runs_dir)), None, [notice], queue=False, api_visibility="private")
