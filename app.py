@@ -106,18 +106,19 @@ CSS = """
 #page-title h1 { margin: 0; }
 #page-intro, #page-notice { padding-top: 0; padding-bottom: 0; }
 
-/* the guided strip: three steps, an arrow between them; each step opens its panel, the open panel's step is marked */
+/* the guided strip: three steps, an arrow between them; each step opens its panel, the open panel's step is marked.
+   (gradio prefixes the rules inside @media with .gradio-container... .contain: hence div:has(), not .gradio-container:has()) */
 #guide { gap: 22px; margin: 2px 0 4px; }
 #guide .guide-step { position: relative; justify-content: flex-start; gap: 6px; padding: 10px 12px; border: 1px solid var(--border-color-primary);
   border-radius: var(--radius-lg); background: var(--block-background-fill); }
 #guide .guide-step:not(:last-child)::after { content: "→"; position: absolute; right: -19px; top: 50%; transform: translateY(-50%);
   font-size: 20px; font-weight: 700; line-height: 1; color: var(--body-text-color-subdued); pointer-events: none; }
-#guide .guide-step button { font-weight: 600; font-size: var(--text-md); }
+#guide .guide-step button { flex: 0 0 auto; font-weight: 600; font-size: var(--text-md); }
 #guide .guide-hint { padding: 0; border: 0; background: none; box-shadow: none; }
 #guide .guide-hint p { margin: 0; font-size: var(--text-sm); line-height: 1.4; color: var(--body-text-color); opacity: 0.8; }
-.gradio-container:has(#est-panel-button[aria-selected="true"]) #guide-estimate,
-.gradio-container:has(#ft-panel-button[aria-selected="true"]) #guide-finetune,
-.gradio-container:has(#pg-panel-button[aria-selected="true"]) #guide-try {
+div:has(#est-panel-button[aria-selected="true"]) #guide-estimate,
+div:has(#ft-panel-button[aria-selected="true"]) #guide-finetune,
+div:has(#pg-panel-button[aria-selected="true"]) #guide-try {
   background: var(--button-primary-background-fill); color: var(--button-primary-text-color); border-color: var(--button-primary-border-color); }
 
 /* tables: no column wider than about 20 characters (gradio sizes a column by its longest cell, up to the whole table:
@@ -135,12 +136,17 @@ CSS = """
   #ft-panel .row:has(> #start-btn) > button { min-width: 0 !important; }
   #ft-panel { padding-bottom: 72px; }
   .table-wrap { --df-max-col-width: 46vw !important; }
-  #guide { flex-direction: column; gap: 6px; }
-  #guide .guide-step { flex-direction: row; flex-wrap: nowrap; align-items: center; gap: 10px; padding: 6px 8px; }
-  #guide .guide-step button { flex: 0 0 8.5em; }
-  #guide .guide-hint { flex: 1 1 0; width: auto; }
+  #page-title h1 { font-size: 1.5rem; }
+  #page-intro p, #page-notice p { font-size: var(--text-sm); margin: 0; }
+  /* the strip: the three steps in one line, and the sentence of the open panel's step under them */
+  #guide { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 6px; }
+  #guide .guide-step { display: contents; }
   #guide .guide-step:not(:last-child)::after { display: none; }
-  #guide .guide-hint p { font-size: var(--text-xs); }
+  #guide .guide-step button { grid-row: 1; min-width: 0; padding: 6px 4px; font-size: var(--text-sm); }
+  #guide .block.guide-hint { grid-row: 2; grid-column: 1 / -1; display: none; }
+  div:has(#est-panel-button[aria-selected="true"]) #guide-estimate-hint,
+  div:has(#ft-panel-button[aria-selected="true"]) #guide-finetune-hint,
+  div:has(#pg-panel-button[aria-selected="true"]) #guide-try-hint { display: block; }
 }
 """
 
@@ -161,7 +167,7 @@ def guided_strip() -> list[gr.Button]:
         for key in ("estimate", "finetune", "try"):
             with gr.Column(min_width=0, elem_classes="guide-step"):
                 steps.append(gr.Button(T(f"app.guide.{key}"), size="sm", elem_id=f"guide-{key}"))
-                gr.Markdown(T(f"app.guide.{key}_hint"), elem_classes="guide-hint")
+                gr.Markdown(T(f"app.guide.{key}_hint"), elem_classes="guide-hint", elem_id=f"guide-{key}-hint")
     return steps
 
 
