@@ -100,7 +100,55 @@ def launch_options() -> dict[str, Any]:
     return {"i18n": I18N, "theme": gr.themes.Soft(), "head": LANG_HEAD, "css": CSS}
 
 
-CSS = ""
+# The page's own style (launch_options): the guided strip, phone widths, readable tables. Selectors use the page's
+# elem_ids/elem_classes and gradio 6's documented class names (.row, .column, .table-wrap).
+CSS = """
+#page-title h1 { margin: 0; }
+#page-intro, #page-notice { padding-top: 0; padding-bottom: 0; }
+
+/* the guided strip: three steps, an arrow between them; each step opens its panel, the open panel's step is marked.
+   (gradio prefixes the rules inside @media with .gradio-container... .contain: hence div:has(), not .gradio-container:has()) */
+#guide { gap: 22px; margin: 2px 0 4px; }
+#guide .guide-step { position: relative; justify-content: flex-start; gap: 6px; padding: 10px 12px; border: 1px solid var(--border-color-primary);
+  border-radius: var(--radius-lg); background: var(--block-background-fill); }
+#guide .guide-step:not(:last-child)::after { content: "→"; position: absolute; right: -19px; top: 50%; transform: translateY(-50%);
+  font-size: 20px; font-weight: 700; line-height: 1; color: var(--body-text-color-subdued); pointer-events: none; }
+#guide .guide-step button { flex: 0 0 auto; font-weight: 600; font-size: var(--text-md); }
+#guide .guide-hint { padding: 0; border: 0; background: none; box-shadow: none; }
+#guide .guide-hint p { margin: 0; font-size: var(--text-sm); line-height: 1.4; color: var(--body-text-color); opacity: 0.8; }
+div:has(#est-panel-button[aria-selected="true"]) #guide-estimate,
+div:has(#ft-panel-button[aria-selected="true"]) #guide-finetune,
+div:has(#pg-panel-button[aria-selected="true"]) #guide-try {
+  background: var(--button-primary-background-fill); color: var(--button-primary-text-color); border-color: var(--button-primary-border-color); }
+
+/* tables: no column wider than about 20 characters (gradio sizes a column by its longest cell, up to the whole table:
+   one long cell hid every other column); what is wider scrolls sideways inside the table; header words never break */
+.table-wrap { --df-max-col-width: 20em !important; }
+.table-wrap th .header, .table-wrap th span { word-break: normal !important; overflow-wrap: normal !important; hyphens: none; }
+
+/* phone widths: the panels' tabs wrap onto a second line (build_app), results come before the long forms */
+@media (max-width: 640px) {
+  .form-results > .column:last-child { order: -1; }
+  /* the fine-tune panel's results come first, so its Start/Stop stay on screen in a bar at the bottom */
+  #ft-panel .row:has(> #start-btn) { position: fixed; left: 0; right: 0; bottom: 0; z-index: 1000; margin: 0; padding: 8px 12px;
+    flex-wrap: nowrap; align-items: stretch; background: var(--background-fill-primary); border-top: 1px solid var(--border-color-primary);
+    box-shadow: 0 -2px 8px rgba(0, 0, 0, 0.08); }
+  #ft-panel .row:has(> #start-btn) > button { min-width: 0 !important; }
+  #ft-panel { padding-bottom: 72px; }
+  .table-wrap { --df-max-col-width: 46vw !important; }
+  #page-title h1 { font-size: 1.5rem; }
+  #page-intro p, #page-notice p { font-size: var(--text-sm); margin: 0; }
+  /* the strip: the three steps in one line, and the sentence of the open panel's step under them */
+  #guide { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 6px; }
+  #guide .guide-step { display: contents; }
+  #guide .guide-step:not(:last-child)::after { display: none; }
+  #guide .guide-step button { grid-row: 1; min-width: 0; padding: 6px 4px; font-size: var(--text-sm); }
+  #guide .block.guide-hint { grid-row: 2; grid-column: 1 / -1; display: none; }
+  div:has(#est-panel-button[aria-selected="true"]) #guide-estimate-hint,
+  div:has(#ft-panel-button[aria-selected="true"]) #guide-finetune-hint,
+  div:has(#pg-panel-button[aria-selected="true"]) #guide-try-hint { display: block; }
+}
+"""
 
 
 def language_switch() -> gr.Radio:
@@ -109,6 +157,23 @@ def language_switch() -> gr.Radio:
                       container=False, elem_id="lang-switch")
     switch.input(None, [switch], [switch], js=LANG_SWITCH_JS)
     return switch
+
+
+def guided_strip() -> list[gr.Button]:
+    """1 Estimate → 2 Fine-tune → 3 Try it, under the title: one button per step (build_app wires each to open its
+    panel) and one plain sentence saying what the step is for."""
+    steps = []
+    with gr.Row(elem_id="guide", equal_height=True):
+        for key in ("estimate", "finetune", "try"):
+            with gr.Column(min_width=0, elem_classes="guide-step"):
+                steps.append(gr.Button(T(f"app.guide.{key}"), size="sm", elem_id=f"guide-{key}"))
+                gr.Markdown(T(f"app.guide.{key}_hint"), elem_classes="guide-hint", elem_id=f"guide-{key}-hint")
+    return steps
+
+
+def open_panel(tab_id: str):
+    """A handler that selects the panel `tab_id` of the page's gr.Tabs (a guided-strip step)."""
+    return lambda: gr.Tabs(selected=tab_id)
 
 
 # ---- Widgets generated from the config dataclasses -----------------------------------------------
@@ -271,7 +336,7 @@ def estimator_results() -> SimpleNamespace:
 
 def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
     gr.Markdown(T("estimator.intro"))
-    with gr.Row():
+    with gr.Row(elem_classes="form-results"):
         with gr.Column(scale=2):
             f = estimator_form()
         with gr.Column(scale=3):
@@ -340,7 +405,7 @@ def finetune_settings(jobs: JobManager) -> SimpleNamespace:
         runf["trust_remote_code"].visible = not sharing.is_shared()  # refused on a shared app (engine/sharing.py)
     prediction = gr.Markdown(elem_id="finetune-prediction")
     with gr.Row():
-        start, stop = gr.Button("Start training", variant="primary"), gr.Button("Stop (saves a checkpoint)", variant="stop")
+        start, stop = gr.Button("Start training", variant="primary", elem_id="start-btn"), gr.Button("Stop (saves a checkpoint)", variant="stop", elem_id="stop-btn")
     gr.Markdown("One run at a time: a second start while a run is going is refused (stop it or wait for it). "
                 + ("On this shared app, only the browser that started a run can stop, resume or delete it; everyone can "
                    "watch it and use it once it has finished." if jobs.owner_only else
@@ -517,7 +582,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     watched = gr.State(None)  # the run this browser session is watching
     owner = gr.State(None)  # this browser's key (see build_app), as a session State: it never appears in the API
     banner = resume_banner()
-    with gr.Row():
+    with gr.Row(elem_classes="form-results"):
         with gr.Column(scale=2):
             f = finetune_settings(jobs)
         with gr.Column(scale=3):
@@ -726,7 +791,7 @@ def model_list_updates(jobs: JobManager) -> tuple:
 
 
 def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict[str, Any]:
-    with gr.Row():
+    with gr.Row(elem_classes="form-results"):
         with gr.Column(scale=2):
             models = choices.playground_models(jobs)
             s = model_settings(jobs, models)
@@ -806,16 +871,26 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         # opened, and an unmounted BrowserState is never read from or saved to the browser.
         browser_key = gr.BrowserState(None, storage_key="compact-llm-lab-owner")
         lang_switch = language_switch()
-        gr.Markdown("# Compact LLM Lab\nEstimate memory, fine-tune with QLoRA/LoRA, and generate — on a small GPU, a free Colab T4, or a CPU. "
-                    + ("This is a shared app: your runs and files are yours alone; others can see that runs exist." if sharing.is_shared()
-                       else f"Runs are saved in `{runs_dir}`."))
-        with gr.Tabs():
-            with gr.Tab(T("estimator.tab")) as est_tab:
+        gr.Markdown("# " + i18n.t("app.title"), elem_id="page-title")  # the name, the same in every language
+        gr.Markdown(T("app.intro"), elem_id="page-intro")
+        # the runs folder is data (a path), so the line is rendered per visitor; a shared app's notice is the same for all
+        notice = gr.Markdown(T("app.shared_notice") if sharing.is_shared() else "", elem_id="page-notice")
+        guide = guided_strip()
+        with gr.Tabs(selected="est", elem_id="panels") as tabs:
+            with gr.Tab(T("estimator.tab"), id="est", elem_id="est-panel") as est_tab:
                 est = build_estimator(upload_dir, jobs)
-            with gr.Tab(T("finetune.tab")) as ft_tab:
+            with gr.Tab(T("finetune.tab"), id="ft", elem_id="ft-panel") as ft_tab:
                 ft = build_finetune(jobs, upload_dir, allow_local_models)
-            with gr.Tab(T("playground.tab")) as pg_tab:
+            with gr.Tab(T("playground.tab"), id="pg", elem_id="pg-panel") as pg_tab:
                 pg = build_playground(jobs, allow_local_models)
+        # every gr.Tabs of the page (the playground's too) wraps its tab buttons onto more lines on a narrow screen
+        for block in demo.blocks.values():
+            if isinstance(block, gr.Tabs):
+                block.overflow_behavior = "wrap"
+        for step, tab_id in zip(guide, ("est", "ft", "pg"), strict=True):
+            step.click(open_panel(tab_id), None, [tabs], queue=False, api_visibility="private")
+        if not sharing.is_shared():
+            demo.load(lambda: tr("app.runs_folder", path=str(runs_dir)), None, [notice], queue=False, api_visibility="private")
 
         form = ft["form"]
 
