@@ -107,19 +107,24 @@ def run_base(runs_dir: Path, ref: str) -> str:
     return cfg.base_model if cfg is not None and cfg.base_model else DEFAULT_MODEL
 
 
-def compare_note(model_a: str | None, model_b: str | None, lang: str) -> str:
-    """The sentence above Compare that says what the two models are."""
+def compare_note(runs_dir: Path, model_a: str | None, model_b: str | None, lang: str) -> str:
+    """The sentence above Compare that says what the two models are: "the base before training, the run after" when B
+    is a run and A its base, else just their names."""
+    model_a = model_a or DEFAULT_MODEL
     if not model_b:
-        return i18n.t("playground.compare.note_no_run", lang, a=model_a or DEFAULT_MODEL)
-    return i18n.t("playground.compare.note_pair", lang, a=model_a or DEFAULT_MODEL, b=model_b)
+        return i18n.t("playground.compare.note_no_run", lang, a=model_a)
+    if run_name(model_b) and run_base(runs_dir, model_b) == model_a:
+        return i18n.t("playground.compare.note_pair", lang, a=model_a, b=model_b)
+    return i18n.t("playground.compare.note_any", lang, a=model_a, b=model_b)
 
 
 @functools.lru_cache(maxsize=32)
 def _rows(source: str, columns: str, stamp: float) -> tuple[str, tuple[dict[str, Any], ...]]:
     """(format, first rows) of a built-in or uploaded dataset; `stamp` (the file's mtime) keeps the cache honest."""
-    from ..data.build import load_source
+    from ..data.formats import load_records
+    from ..refs import parse_columns
 
-    records = load_source(source, columns=columns)
+    records = load_records(source, columns=parse_columns(columns))
     return records.format, tuple(records.records[:200])
 
 
@@ -180,7 +185,8 @@ def start_for(runs_dir: Path, ref: str | None, lang: str) -> Start:
         return Start(ref, neutral_prompt(lang), True, "chat", "balanced", "base")
     if cfg.dataset.strip() == DATES_DATASET:
         return Start(ref, DATES_PROMPT, False, "chat", "precise", "task")
-    read = data_rows(cfg.eval_dataset, cfg.columns) if cfg.eval_dataset else None
+    # the eval data first (the mapping applies when it has the same columns, as in training: engine/data/build.py)
+    read = (data_rows(cfg.eval_dataset, cfg.columns) or data_rows(cfg.eval_dataset)) if cfg.eval_dataset else None
     read = read or data_rows(cfg.dataset, cfg.columns)
     if read is None or not read[1]:
         return Start(ref, neutral_prompt(lang), True, "chat", "balanced", "instruction")
