@@ -697,29 +697,38 @@ def export_tab() -> SimpleNamespace:
 
 def beside(fn: Any, kept: Any) -> Any:
     """The page's variant of a handler: its outputs plus an empty notice line; on an error, `kept(*args)` (what was on
-    screen: the conversation, the prompt...) plus the message in the notice line beside the inputs. Nothing the person
-    typed or got is replaced by an error badge; the API endpoint of the same handler still raises (ui_errors)."""
-    wrapped = ui_errors(fn)
+    screen: the conversation, the prompt...) plus the message, in the visitor's language, in the notice line beside the
+    inputs. Nothing the person typed or got is replaced by an error badge; the API endpoint of the same handler still
+    raises (ui_errors)."""
 
-    def message(exc: gr.Error) -> str:
-        return tr("playground.chat.error", message=exc.message)
+    def message(exc: Exception, args: tuple) -> str:
+        request = next((a for a in args if isinstance(a, gr.Request)), None)
+        lang = lang_of(request)
+        if isinstance(exc, EngineError):
+            text = exc.render(lang)
+        elif isinstance(exc, gr.Error):
+            text = exc.message
+        else:  # never a traceback (or a server path) on the page; the details go to the server's log
+            logging.getLogger("app").exception("unexpected error in %s", fn.__name__)
+            text = i18n.t("message.unexpected", lang, kind=type(exc).__name__, where=fn.__name__.removeprefix("page_"))
+        return i18n.t("playground.chat.error", lang, message=text)
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen(*args, **kwargs):
             try:
-                for out in wrapped(*args, **kwargs):
+                for out in fn(*args, **kwargs):
                     yield (*out, "") if isinstance(out, tuple) else (out, "")
-            except gr.Error as exc:
-                yield (*kept(*args), message(exc))
+            except Exception as exc:  # noqa: BLE001 - shown beside the inputs (see message)
+                yield (*kept(*args), message(exc, args))
         return gen
 
     @functools.wraps(fn)
     def plain(*args, **kwargs):
         try:
-            out = wrapped(*args, **kwargs)
-        except gr.Error as exc:
-            return (*kept(*args), message(exc))
+            out = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - as above
+            return (*kept(*args), message(exc, args))
         return (*out, "") if isinstance(out, tuple) else (out, "")
     return plain
 
@@ -795,10 +804,9 @@ def batch_eval_handlers(jobs: JobManager, load: Any, allow_local_models: bool, g
             yield line, table, gr.update(value=str(csv), visible=True) if csv else gr.skip()
 
     def page_batch(*args):
-        try:
-            yield from ui_errors(batch)(*args)
-        except gr.Error as exc:  # the status line above the table is the batch's notice line
-            yield tr("playground.chat.error", message=exc.message), gr.skip(), gr.skip()
+        """The status line above the table is the batch's notice line: an error replaces the progress, not the results."""
+        for out in beside(batch, lambda *a: (gr.skip(), gr.skip()))(*args):
+            yield (out[-1], *out[:-1]) if out[-1] else out[:-1]
 
     def evaluate(kind, request: gr.Request, ref_a, ref_b, quant_mode, both, text_v, data_v, window, stride, *extra):
         lang = lang_of(request)

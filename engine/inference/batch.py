@@ -197,7 +197,7 @@ def _encode_all(loaded: LoadedModel, prompts: list[str], chat: bool) -> list[lis
         try:
             encoded.append(encode_prompt(loaded, prompt, chat)["input_ids"][0].tolist())
         except GenerationError as exc:
-            raise GenerationError(key="playground.error.batch_prompt", number=number, message=str(exc)) from exc
+            raise GenerationError(key="playground.error.batch_prompt", number=number, reason=str(exc)) from exc
     ctx = loaded.context_length
     if ctx is not None:
         too_long = [i + 1 for i, ids in enumerate(encoded) if len(ids) >= ctx]
