@@ -196,9 +196,3 @@ def start_for(runs_dir: Path, ref: str | None, lang: str) -> Start:
     if style == "text":
         return Start(ref, example, False, "completion", "balanced", style)
     return Start(ref, example, style != "task", "chat", "precise" if style == "task" else "balanced", style)
-
-
-def example_prompt(runs_dir: Path, ref: str | None, lang: str) -> str:
-    """The example prompt for `ref` (see start_for)."""
-    return start_for(runs_dir, ref, lang).example
-
