@@ -624,213 +624,432 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
 # ---- Panel 3: playground -------------------------------------------------------------------------
 
-def model_settings(jobs: JobManager, models: list[str]) -> SimpleNamespace:
-    """The model (with its adapter, placement and quantization), the mode, the system prompt and the decoding settings."""
+SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "seed")  # the settings greedy decoding ignores (penalties still apply)
+EVAL_DATASET = "builtin:corpus"  # the Evaluate tab's default text: plain paragraphs in both languages
+ONNX_PROMPTS = "A memória da GPU\nThe KV cache"  # sample prompts for the ONNX check (data, the same in every language)
+
+
+def preset_label(name: str) -> Any:
+    """A decoding preset's name for the radio: translated when the language files know it (presets/generation.yaml may add more)."""
+    return T(f"playground.preset.{name}") if f"playground.preset.{name}" in i18n.strings("en") else name
+
+
+def preset_help(name: str | None, lang: str) -> str:
+    """One plain sentence on what a preset does (the preset file's own description for a preset the language files lack)."""
     from engine.inference.presets import generation_presets
 
-    model = gr.Dropdown(choices=models, value=models[0] if models else None, allow_custom_value=True, label="Model", elem_id="playground-model",
-                        info="A pretrained built-in model, a finished run (run:NAME: adapter applied on its base; run:NAME/merged: its merged "
-                             "16-bit model), or a Hugging Face id (the catalog's are listed; downloaded once, when online).")
+    key = f"playground.preset.{name}_help"
+    if key in i18n.strings("en"):
+        return i18n.t(key, lang)
+    return generation_presets().get(name or "", {}).get("description", "")
+
+
+def model_settings(jobs: JobManager, models: list[str], start: Any) -> SimpleNamespace:
+    """The model and its line, the decoding preset up front with max new tokens, the sampling settings in a closed
+    accordion (greedy switches them off), and the loading options (quantization, adapter, placement, system prompt)."""
+    import importlib.util
+
+    from engine.fields import to_dict
+    from engine.hardware.device import detect_device
+    from engine.inference.presets import apply_preset, generation_presets
+
+    model = gr.Dropdown(choices=models, value=start.model, allow_custom_value=True, label=T("playground.model.label"), elem_id="playground-model",
+                        info=T("playground.model.info"))
     with gr.Row():
         # on a shared app the model cache serves every visitor: nobody may empty it (engine/views/playground_load.py)
-        refresh, unload = gr.Button("Refresh model list", size="sm"), gr.Button("Unload models (free memory)", size="sm", visible=not sharing.is_shared())
-    quant = gr.Dropdown(choices=[c for c in field_specs(QuantSettings)[0].choices], value="none", label="Load as", info=field_specs(QuantSettings)[0].help)
-    with gr.Accordion("Adapter and placement", open=False):
-        adapter = gr.Dropdown(choices=choices.adapter_choices(jobs), value=choices.NO_ADAPTER, label="Adapter", elem_id="playground-adapter",
-                              allow_custom_value=True, info="A LoRA adapter from a run, applied on top of the model above without merging "
-                                                            "(the model must be the adapter's base, e.g. base vs base + adapter in Compare).")
-        placement = gr.Radio(choices=list(choices.PLACEMENTS), value="one device", label="Placement",
-                             info="auto: accelerate spreads a model larger than the GPU over GPU, CPU RAM and disk "
-                                  "(slower, but it runs). On a machine without a GPU everything is in RAM either way.")
-        gpu_budget = gr.Number(value=0, minimum=0, maximum=1024, label="GPU budget for auto (GiB, 0 = all free memory)",
-                               info="Cap the GPU share so the rest of the card stays free (e.g. for a training run).")
+        refresh = gr.Button(T("playground.model.refresh"), size="sm")
+        unload = gr.Button(T("playground.model.unload"), size="sm", visible=not sharing.is_shared())
     model_info_md = gr.Markdown(elem_id="playground-model-info")
-    mode = gr.Radio(choices=["chat", "completion"], value="chat", label="Mode", info="chat: the model's chat template; completion: raw text continuation.")
-    system = gr.Textbox(label="System prompt (chat)", lines=2)
     presets = generation_presets()
-    preset = gr.Radio(choices=list(presets), value=None, label="Decoding preset", info=" · ".join(f"{k}: {v['description']}" for k, v in presets.items()))
-    gen = make_inputs(GenerationSettings)
+    preset = gr.Radio(choices=[(preset_label(k), k) for k in presets], value=start.preset, label=T("playground.preset.label"),
+                      info=T("playground.preset.info"), elem_id="playground-preset")
+    help_md = gr.Markdown(preset_help(start.preset, "en"), elem_id="playground-preset-help")
+    values = to_dict(apply_preset(start.preset))
+    names = [s.name for s in field_specs(GenerationSettings)]
+    first = make_inputs(GenerationSettings, only=["max_new_tokens"], values=values)
+    with gr.Accordion(T("playground.preset.sampling"), open=False, elem_id="playground-sampling"):
+        greedy_note = gr.Markdown(T("playground.preset.greedy_note"), visible=not values["do_sample"], elem_id="playground-greedy-note")
+        rest = make_inputs(GenerationSettings, only=[n for n in names if n != "max_new_tokens"], values=values)
+    for name in SAMPLING_ONLY:  # greedy: visibly off, not merely ignored
+        rest[name].interactive = bool(values["do_sample"])
+    gen = {n: {**first, **rest}[n] for n in names}  # in field order: the API's order
+    mode = gr.Radio(choices=[(T("playground.mode.chat"), "chat"), (T("playground.mode.completion"), "completion")], value=start.mode,
+                    label=T("playground.mode.label"), info=T("playground.mode.info"), elem_id="playground-mode")
+    with gr.Accordion(T("playground.loading.accordion"), open=False):
+        quant_spec = field_specs(QuantSettings)[0]
+        quant = gr.Dropdown(choices=list(quant_spec.choices), value=quant_spec.default, label=T("field.QuantSettings.mode.label"),
+                            info=T("field.QuantSettings.mode.help"), elem_id="playground-quant")
+        # 8/4-bit need bitsandbytes (requirements.txt); int8-dynamic is CPU-only: said before anyone picks them
+        gr.Markdown(T("playground.loading.needs_bnb"), visible=importlib.util.find_spec("bitsandbytes") is None, elem_id="playground-bnb-note")
+        gr.Markdown(T("playground.loading.int8_gpu"), visible=detect_device().kind == "cuda")
+        system = gr.Textbox(label=T("playground.loading.system"), info=T("playground.loading.system_info"), lines=2)
+        adapter = gr.Dropdown(choices=choices.adapter_choices(jobs), value=choices.NO_ADAPTER, label=T("playground.loading.adapter"),
+                              elem_id="playground-adapter", allow_custom_value=True, info=T("playground.loading.adapter_info"))
+        has_accelerate = importlib.util.find_spec("accelerate") is not None
+        labels = {"one device": T("playground.loading.placement_one"), "auto (offload to CPU/disk)": T("playground.loading.placement_auto")}
+        placement = gr.Radio(choices=[(labels.get(p, p), p) for p in choices.PLACEMENTS], value=next(iter(choices.PLACEMENTS)), label=T("playground.loading.placement"),
+                             info=T("playground.loading.placement_info"), interactive=has_accelerate)
+        gr.Markdown(T("playground.loading.needs_accelerate"), visible=not has_accelerate)
+        gpu_budget = gr.Number(value=0, minimum=0, maximum=1024, label=T("playground.loading.budget"), info=T("playground.loading.budget_info"),
+                               interactive=has_accelerate)
     return SimpleNamespace(model=model, refresh=refresh, unload=unload, quant=quant, adapter=adapter, model_info=model_info_md, mode=mode,
-                           system=system, preset=preset, gen=gen, load_extra=[adapter, placement, gpu_budget])  # last, so API callers may leave them out
+                           system=system, preset=preset, help=help_md, greedy_note=greedy_note, gen=gen,
+                           load_extra=[adapter, placement, gpu_budget])  # last, so API callers may leave them out
 
 
-def chat_tab() -> SimpleNamespace:
-    chat = gr.Chatbot(label="Conversation", height=420, buttons=["copy"])
-    prompt = gr.Textbox(label="Prompt", placeholder="Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).", lines=2)
+def chat_tab(start: Any) -> SimpleNamespace:
+    """The conversation, the prompt (filled with the model's example), the error line beside it, keep-conversation and the buttons."""
+    chat = gr.Chatbot(label=T("playground.chat.conversation"), height=420, buttons=["copy"], placeholder=T("playground.chat.empty"),
+                      elem_id="playground-chat")
+    prompt = gr.Textbox(label=T("playground.chat.prompt"), value=start.example, placeholder=T("playground.chat.prompt_placeholder"), lines=2,
+                        elem_id="playground-prompt")
+    notice = gr.Markdown(elem_id="playground-notice")  # errors show here, beside the prompt: the conversation stays
+    keep = gr.Checkbox(value=start.keep, label=T("playground.chat.keep"), info=T("playground.chat.keep_info"), elem_id="playground-keep")
     with gr.Row():
-        send, stop, regen, clear = gr.Button("Generate", variant="primary"), gr.Button("Stop"), gr.Button("Regenerate"), gr.Button("Clear")
+        send = gr.Button(T("playground.chat.send"), variant="primary", elem_id="playground-send")
+        stop, regen, clear = gr.Button(T("playground.chat.stop")), gr.Button(T("playground.chat.regen")), gr.Button(T("playground.chat.clear"))
     stats = gr.Markdown(elem_id="playground-stats")
-    return SimpleNamespace(chat=chat, prompt=prompt, send=send, stop=stop, regen=regen, clear=clear, stats=stats)
+    return SimpleNamespace(chat=chat, prompt=prompt, notice=notice, keep=keep, send=send, stop=stop, regen=regen, clear=clear, stats=stats)
 
 
-def compare_tab(models: list[str]) -> SimpleNamespace:
-    gr.Markdown("The same prompt, settings and seed on two models, one after the other (so only one has to fit in memory).")
-    model_b = gr.Dropdown(choices=models, value=models[-1] if models else None, allow_custom_value=True, label="Model B",
-                          info="Model A is the one chosen on the left.")
-    prompt = gr.Textbox(label="Prompt", lines=2, placeholder="Convert the date 11/04/1999 (DD/MM/YYYY) to ISO format (YYYY-MM-DD).")
+def compare_tab(models: list[str], pair: tuple[str, str | None], note: str, example: str) -> SimpleNamespace:
+    """Two models on one prompt: by default the base before training (A) and the newest run after it (B), with a line that says so."""
+    gr.Markdown(T("playground.compare.intro"))
+    note_md = gr.Markdown(note, elem_id="playground-compare-note")
     with gr.Row():
-        btn, stop = gr.Button("Compare", variant="primary"), gr.Button("Stop")
+        model_a = gr.Dropdown(choices=models, value=pair[0], allow_custom_value=True, label=T("playground.compare.model_a"),
+                              info=T("playground.compare.model_a_info"), elem_id="playground-model-a")
+        model_b = gr.Dropdown(choices=models, value=pair[1], allow_custom_value=True, label=T("playground.compare.model_b"),
+                              info=T("playground.compare.model_b_info"), elem_id="playground-model-b")
+    prompt = gr.Textbox(label=T("playground.compare.prompt"), lines=2, value=example, elem_id="playground-compare-prompt")
+    notice = gr.Markdown(elem_id="playground-compare-notice")
+    with gr.Row():
+        btn, stop = gr.Button(T("playground.compare.btn"), variant="primary"), gr.Button(T("playground.compare.stop"))
     with gr.Row():
         with gr.Column():
-            out_a = gr.Textbox(label="Model A", lines=8)
+            out_a = gr.Textbox(label=T("playground.compare.out_a"), lines=8)
             stats_a = gr.Markdown()
         with gr.Column():
-            out_b = gr.Textbox(label="Model B", lines=8)
+            out_b = gr.Textbox(label=T("playground.compare.out_b"), lines=8)
             stats_b = gr.Markdown()
-    return SimpleNamespace(model_b=model_b, prompt=prompt, btn=btn, stop=stop, outputs=[out_a, stats_a, out_b, stats_b])
+    return SimpleNamespace(model_a=model_a, model_b=model_b, note=note_md, prompt=prompt, notice=notice, btn=btn, stop=stop,
+                           outputs=[out_a, stats_a, out_b, stats_b])
 
 
 def batch_tab() -> SimpleNamespace:
-    gr.Markdown("Many prompts, generated in memory-safe micro-batches (halved automatically after an out-of-memory).")
-    text = gr.Textbox(label="Prompts, one per line", lines=6)
-    file = gr.File(label="…or a .txt / .jsonl / .csv file (column prompt, instruction or text)", file_types=[".txt", ".jsonl", ".csv"])
-    size = named(gr.Slider(1, 64, value=8, step=1, label="Micro batch"), "micro batch")
+    gr.Markdown(T("playground.batch.intro"))
+    text = gr.Textbox(label=T("playground.batch.text"), lines=6)
+    file = gr.File(label=T("playground.batch.file"), file_types=[".txt", ".jsonl", ".csv"])
+    size = named(gr.Slider(1, 64, value=8, step=1, label=T("playground.batch.size"), info=T("playground.batch.size_info")), "micro batch")
     with gr.Row():
-        btn, stop = gr.Button("Generate all", variant="primary"), gr.Button("Stop")
-    outputs = [gr.Markdown(), gr.Dataframe(headers=["#", "prompt", "output", "tokens", "seconds"], interactive=False, wrap=True),
-               gr.File(label="Results (CSV)", visible=False)]
+        btn, stop = gr.Button(T("playground.batch.btn"), variant="primary"), gr.Button(T("playground.batch.stop"))
+    status = gr.Markdown(elem_id="playground-batch-status")  # progress, and an error in the same place
+    outputs = [status, gr.Dataframe(headers=playground.table_headers("batch", "en"), interactive=False, wrap=True),
+               gr.File(label=T("playground.batch.results"), visible=False)]
     return SimpleNamespace(text=text, file=file, size=size, btn=btn, stop=stop, outputs=outputs)
 
 
 def evaluate_tab() -> SimpleNamespace:
-    gr.Markdown("Perplexity with a sliding window (for texts longer than the context) and the built-in date task's accuracy, "
-                "for one model or two (A = left, B = the Compare tab's Model B).")
-    text = gr.Textbox(label="Text (empty: use the dataset below)", lines=4)
-    data = gr.Dropdown(choices=list(choices.BUILTIN_DATASETS), value="builtin:corpus", label="…or a built-in dataset")
+    gr.Markdown(T("playground.evaluate.intro"))
+    text = gr.Textbox(label=T("playground.evaluate.text"), lines=4)
+    data = gr.Dropdown(choices=list(choices.BUILTIN_DATASETS), value=EVAL_DATASET, label=T("playground.evaluate.data"))
     with gr.Row():
-        window = named(gr.Number(value=0, precision=0, label="Window (0 = the model's context)"), "window")
-        stride = named(gr.Number(value=0, precision=0, label="Stride (0 = window / 2)"), "stride")
-        both = gr.Checkbox(value=False, label="Also model B")
+        window = named(gr.Number(value=0, precision=0, label=T("playground.evaluate.window")), "window")
+        stride = named(gr.Number(value=0, precision=0, label=T("playground.evaluate.stride")), "stride")
+        both = gr.Checkbox(value=False, label=T("playground.evaluate.both"))
     with gr.Row():
-        ppl_btn, acc_btn = gr.Button("Perplexity", variant="primary"), gr.Button("Date-task accuracy")
-    out = gr.Dataframe(headers=["model", "metric", "value", "details"], interactive=False, wrap=True)
-    return SimpleNamespace(text=text, data=data, window=window, stride=stride, both=both, ppl_btn=ppl_btn, acc_btn=acc_btn, out=out)
+        ppl_btn, acc_btn = gr.Button(T("playground.evaluate.ppl_btn"), variant="primary"), gr.Button(T("playground.evaluate.acc_btn"))
+    notice = gr.Markdown(elem_id="playground-eval-notice")
+    out = gr.Dataframe(headers=playground.table_headers("eval", "en"), interactive=False, wrap=True)
+    return SimpleNamespace(text=text, data=data, window=window, stride=stride, both=both, ppl_btn=ppl_btn, acc_btn=acc_btn, notice=notice, out=out)
+
+
+def onnx_note(lang: str) -> str:
+    """What the Export tab needs when its optional packages are missing, with the one command that installs them ("" when present)."""
+    from engine.export.onnx import INSTALL_COMMAND, missing_packages
+
+    missing = missing_packages()  # find_spec, nothing imported
+    return i18n.t("playground.export.missing", lang, packages=", ".join(missing), command=INSTALL_COMMAND) if missing else ""
 
 
 def export_tab() -> SimpleNamespace:
-    from engine.export.onnx import INSTALL_COMMAND, missing_packages
+    from engine.export.onnx import missing_packages
 
-    missing = missing_packages()  # the optional packages (requirements-onnx.txt): say so before the click, not after
-    gr.Markdown("Export the model on the left (a compact model, a full/scratch run, or a merged run) to ONNX, run it with "
-                "ONNX Runtime on the CPU, and compare it with PyTorch. The download is one zip: `model.onnx`, its weights "
-                "`model.onnx.data`, the tokenizer and `onnx_info.json`."
-                + (f"\n\n**Not available here:** {', '.join(missing)} not installed. Enable it with `{INSTALL_COMMAND}` and restart the app."
-                   if missing else ""), elem_id="playground-onnx-note")
-    prompts = gr.Textbox(label="Test prompts, one per line", lines=3, value="A memória da GPU\nThe KV cache", interactive=not missing)
-    btn = gr.Button("Export and compare", variant="primary", interactive=not missing)
-    outputs = [gr.Dataframe(headers=["check", "value"], interactive=False), gr.File(label="ONNX export (zip)", visible=False)]
-    return SimpleNamespace(prompts=prompts, btn=btn, outputs=outputs)
+    ready = not missing_packages()  # the optional packages (requirements-onnx.txt): say so before the click, not after
+    gr.Markdown(T("playground.export.intro"))
+    note = gr.Markdown(onnx_note("en"), elem_id="playground-onnx-note")
+    prompts = gr.Textbox(label=T("playground.export.prompts"), lines=3, value=ONNX_PROMPTS, interactive=ready)
+    btn = gr.Button(T("playground.export.btn"), variant="primary", interactive=ready, elem_id="playground-onnx-btn")
+    notice = gr.Markdown(elem_id="playground-onnx-notice")
+    outputs = [gr.Dataframe(headers=playground.table_headers("onnx", "en"), interactive=False), gr.File(label=T("playground.export.file"), visible=False)]
+    return SimpleNamespace(note=note, prompts=prompts, btn=btn, notice=notice, outputs=outputs)
+
+
+def beside(fn: Any, kept: Any) -> Any:
+    """The page's variant of a handler: its outputs plus an empty notice line; on an error, `kept(*args)` (what was on
+    screen: the conversation, the prompt...) plus the message, in the visitor's language, in the notice line beside the
+    inputs. Nothing the person typed or got is replaced by an error badge; the API endpoint of the same handler still
+    raises (ui_errors)."""
+
+    def message(exc: Exception, args: tuple) -> str:
+        request = next((a for a in args if isinstance(a, gr.Request)), None)
+        lang = lang_of(request)
+        if isinstance(exc, EngineError):
+            text = exc.render(lang)
+        elif isinstance(exc, gr.Error):
+            text = exc.message
+        else:  # never a traceback (or a server path) on the page; the details go to the server's log
+            logging.getLogger("app").exception("unexpected error in %s", fn.__name__)
+            text = i18n.t("message.unexpected", lang, kind=type(exc).__name__, where=fn.__name__.removeprefix("page_"))
+        return i18n.t("playground.chat.error", lang, message=text)
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen(*args, **kwargs):
+            try:
+                for out in fn(*args, **kwargs):
+                    yield (*out, "") if isinstance(out, tuple) else (out, "")
+            except Exception as exc:  # noqa: BLE001 - shown beside the inputs (see message)
+                yield (*kept(*args), message(exc, args))
+        return gen
+
+    @functools.wraps(fn)
+    def plain(*args, **kwargs):
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - as above
+            return (*kept(*args), message(exc, args))
+        return (*out, "") if isinstance(out, tuple) else (out, "")
+    return plain
 
 
 def chat_handlers(load: Any, gen_names: list[str], signals: StopSignals) -> SimpleNamespace:
-    """Handlers of the Chat and Compare tabs and the decoding presets (inputs end with the generation settings); load: load_for_playground."""
+    """Handlers of the Chat and Compare tabs and the decoding presets (inputs end with the generation settings); load: load_for_playground.
+    on_send / on_compare are the API's (errors raised); the *_page variants show errors beside the prompt instead."""
 
-    @ui_errors
-    def on_send(request: gr.Request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, *gen_vals):
+    def send_stream(request: gr.Request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, keep, *gen_vals):
+        lang = lang_of(request)
         settings, extra = playground.prompt_settings(gen_names, gen_vals, prompt_v)
         loaded = load(model_ref, quant_mode, extra)
         stop_ev = signals.fresh(request.session_hash or "")
-        info = playground.model_info(loaded)
-        for turn, stats in playground.chat_turn(loaded, mode_v, system_v, list(history or []), prompt_v, settings, stop_ev):
+        info = playground.model_info(loaded, lang)
+        for turn, stats in playground.chat_turn(loaded, mode_v, system_v, list(history or []), prompt_v, settings, stop_ev, keep=bool(keep), lang=lang):
             yield turn, "", stats, info
 
-    def on_regenerate(history):
-        if (turn := playground.drop_last_turn(history)) is None:
-            raise gr.Error("Nothing to regenerate yet.")
-        return turn
-
     @ui_errors
-    def on_compare(request: gr.Request, ref_a, ref_b, quant_mode, mode_v, system_v, prompt_v, *gen_vals):
+    def on_send(request: gr.Request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, *gen_vals):
+        yield from send_stream(request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, True, *gen_vals)  # the caller's history is the conversation
+
+    def page_send(request: gr.Request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, keep, *gen_vals):
+        yield from send_stream(request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, keep, *gen_vals)
+
+    def page_regenerate(request: gr.Request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, keep, *gen_vals):
+        if (turn := playground.drop_last_turn(history)) is None:
+            raise EngineError(key="playground.chat.nothing_to_regenerate")
+        yield from send_stream(request, model_ref, quant_mode, mode_v, system_v, turn[1], turn[0], keep, *gen_vals)
+
+    def kept_chat(request, model_ref, quant_mode, mode_v, system_v, prompt_v, history, *rest):
+        return history or [], prompt_v, "", gr.skip()
+
+    def compare_stream(request: gr.Request, ref_a, ref_b, quant_mode, mode_v, system_v, prompt_v, *gen_vals):
         settings, extra = playground.prompt_settings(gen_names, gen_vals, prompt_v)
         request_msgs = playground.generation_request(mode_v, system_v, [], prompt_v)
         stop_ev = signals.fresh(request.session_hash or "")
         yield from playground.compare_turns(lambda side, ref: load(ref, quant_mode, playground.side_extra(extra, side)), (ref_a, ref_b), request_msgs,
-                                            playground.compare_settings(settings), chat=mode_v == "chat", stop_event=stop_ev)
+                                            playground.compare_settings(settings), chat=mode_v == "chat", stop_event=stop_ev, lang=lang_of(request))
 
-    def on_preset(name, *gen_vals):
-        return [gr.update(value=v) for v in playground.preset_values(name, playground.split_gen_values(gen_names, gen_vals)[0], gen_names)]
+    def on_preset(request: gr.Request, name, *gen_vals):
+        """The preset's values, the sampling sliders on or off, its sentence and the greedy note."""
+        settings = playground.split_gen_values(gen_names, gen_vals)[0]
+        values = playground.preset_values(name, settings, gen_names)
+        sampling = bool(values[gen_names.index("do_sample")])
+        updates = [gr.update(value=v, interactive=sampling) if n in SAMPLING_ONLY else gr.update(value=v) for n, v in zip(gen_names, values, strict=True)]
+        return [*updates, preset_help(name, lang_of(request)), gr.update(visible=not sampling)]
+
+    def on_sampling(do_sample):
+        """Sampling ticked or not (by hand): the sampling sliders follow, and the note says why they are off."""
+        return [*(gr.update(interactive=bool(do_sample)) for _ in SAMPLING_ONLY), gr.update(visible=not do_sample)]
 
     def on_stop(request: gr.Request) -> None:
         signals.stop(request.session_hash or "")
 
-    return SimpleNamespace(on_send=on_send, on_regenerate=on_regenerate, on_compare=on_compare, on_preset=on_preset, on_stop=on_stop)
+    return SimpleNamespace(on_send=on_send, page_send=beside(page_send, kept_chat), page_regenerate=beside(page_regenerate, kept_chat),
+                           on_compare=ui_errors(compare_stream), page_compare=beside(compare_stream, lambda *a: (gr.skip(),) * 4),
+                           on_preset=on_preset, on_sampling=on_sampling, on_stop=on_stop)
 
 
 def batch_eval_handlers(jobs: JobManager, load: Any, allow_local_models: bool, gen_names: list[str], signals: StopSignals) -> SimpleNamespace:
-    """Handlers of the Batch, Evaluate and Export tabs; their inputs end with the (adapter, placement, GPU budget)."""
+    """Handlers of the Batch, Evaluate and Export tabs; their inputs end with the (adapter, placement, GPU budget). on_* are the
+    API's (errors raised); page_* show errors beside the inputs."""
 
-    @ui_errors
-    def on_batch(request: gr.Request, ref_v, quant_mode, mode_v, text_v, file_v, micro, *gen_vals):
+    def batch(request: gr.Request, ref_v, quant_mode, mode_v, text_v, file_v, micro, *gen_vals):
         from engine.inference.batch import parse_prompts
 
         prompts = parse_prompts(text_v or None, file_v)
         loaded = load(ref_v, quant_mode, tuple(gen_vals[len(gen_names):]))  # the settings are read after the load, as before
         stop_ev = signals.fresh(request.session_hash or "")
         settings = playground.split_gen_values(gen_names, gen_vals)[0]
-        for line, rows, csv in playground.batch_updates(loaded, prompts, settings, chat=mode_v == "chat", micro_batch=playground.micro_batch_of(micro),
-                                                        stop_event=stop_ev):
-            yield line, rows, gr.update(value=str(csv), visible=True) if csv else gr.skip()
+        for line, table, csv in playground.batch_updates(loaded, prompts, settings, chat=mode_v == "chat", micro_batch=playground.micro_batch_of(micro),
+                                                         stop_event=stop_ev, lang=lang_of(request)):
+            yield line, table, gr.update(value=str(csv), visible=True) if csv else gr.skip()
 
-    @ui_errors
-    def on_eval(kind, ref_a, ref_b, quant_mode, both, text_v, data_v, window, stride, *extra):
+    def page_batch(*args):
+        """The status line above the table is the batch's notice line: an error replaces the progress, not the results."""
+        for out in beside(batch, lambda *a: (gr.skip(), gr.skip()))(*args):
+            yield (out[-1], *out[:-1]) if out[-1] else out[:-1]
+
+    def evaluate(kind, request: gr.Request, ref_a, ref_b, quant_mode, both, text_v, data_v, window, stride, *extra):
+        lang = lang_of(request)
         refs = [ref_a] + ([ref_b] if both else [])
-        return playground.evaluation_rows(kind, lambda ref, ex: load(ref, quant_mode, ex), refs, extra, text_v, data_v, window, stride)
+        rows = playground.evaluation_rows(kind, lambda ref, ex: load(ref, quant_mode, ex), refs, extra, text_v, data_v, window, stride, lang)
+        return playground.table("eval", rows, lang)
 
-    @ui_errors
-    def on_onnx(ref_v, prompts_v):
+    def onnx(request: gr.Request, ref_v, prompts_v):
         ref, loaded = playground_load.load_for_export(jobs, ref_v, allow_local_models=allow_local_models)
         rows, path = playground.onnx_export_check(loaded, ref, prompts_v, jobs.runs_dir)
-        return rows, gr.update(value=str(path), visible=True)
+        return playground.table("onnx", rows, lang_of(request)), gr.update(value=str(path), visible=True)
 
-    return SimpleNamespace(on_batch=on_batch, on_eval=on_eval, on_onnx=on_onnx)
+    def evaluation(kind: str) -> Any:
+        def run(request: gr.Request, ref_a, ref_b, quant_mode, both, text_v, data_v, window, stride, *extra):
+            return evaluate(kind, request, ref_a, ref_b, quant_mode, both, text_v, data_v, window, stride, *extra)
+
+        run.__name__ = f"on_{'perplexity' if kind == 'ppl' else 'task_accuracy'}"
+        return run
+
+    return SimpleNamespace(on_batch=ui_errors(batch), page_batch=functools.wraps(batch)(page_batch),
+                           on_eval=lambda kind: ui_errors(evaluation(kind)), page_eval=lambda kind: beside(evaluation(kind), lambda *a: (gr.skip(),)),
+                           on_onnx=ui_errors(onnx), page_onnx=beside(onnx, lambda *a: (gr.skip(), gr.skip())))
 
 
 def model_list_updates(jobs: JobManager) -> tuple:
-    """New choices for the playground's Model, Model B and Adapter dropdowns (runs finished since the page was built)."""
-    return tuple(gr.update(choices=c) for c in choices.playground_lists(jobs))
+    """New choices for the playground's Model, Model B, Adapter and Model A dropdowns (runs finished since the page was built)."""
+    models, models_b, adapters = choices.playground_lists(jobs)
+    return gr.update(choices=models), gr.update(choices=models_b), gr.update(choices=adapters), gr.update(choices=models)
+
+
+def start_handlers(jobs: JobManager, s: SimpleNamespace, c: SimpleNamespace, cmp: SimpleNamespace, example: gr.State) -> SimpleNamespace:
+    """What the playground shows for a model: at page load (the newest finished run, else the built-in model), on "Try it
+    in the Playground" (a run), and when a model is picked by hand (its example prompt, single-turn or not, its mode)."""
+    from engine.views import playground_defaults as pd
+
+    gen_names = list(s.gen)
+
+    def start_updates(ref: str | None, lang: str, pair: tuple[str, str | None]) -> list[Any]:
+        from engine.inference.presets import generation_presets
+
+        start = pd.start_for(jobs.runs_dir, ref, lang)
+        preset = generation_presets()[start.preset]["settings"]
+        sampling = bool(preset.get("do_sample", True))
+        gen = [gr.update(value=preset[n], interactive=sampling) if n in preset and n in SAMPLING_ONLY else gr.update(value=preset[n]) if n in preset
+               else gr.update(interactive=sampling) if n in SAMPLING_ONLY else gr.skip() for n in gen_names]
+        models = choices.playground_models(jobs)
+        return [gr.update(choices=models, value=start.model), gr.update(value=choices.NO_ADAPTER), gr.update(value=start.mode),
+                gr.update(value=start.preset), preset_help(start.preset, lang), gr.update(visible=not sampling), *gen,
+                [], gr.update(value=start.example), gr.update(value=start.keep), "", "",
+                gr.update(choices=models, value=pair[0]), gr.update(choices=models, value=pair[1]), gr.update(value=start.example),
+                pd.compare_note(jobs.runs_dir, pair[0], pair[1], lang), start.example]
+
+    def try_it(run_name: str, lang: str = "en") -> list[Any]:
+        """'Try it in the Playground' for a finished run: that run as the model, its example prompt, single-turn for a task,
+        an empty conversation, and Compare on its base (before) against it (after). Updates `outputs`, in order."""
+        ref = f"run:{run_name}"
+        return start_updates(ref, lang, (pd.run_base(jobs.runs_dir, ref), ref))
+
+    def on_load(request: gr.Request) -> list[Any]:
+        lang = lang_of(request)
+        tables = [gr.update(value={"headers": playground.table_headers(n, lang), "data": []}) for n in ("batch", "eval", "onnx")]
+        return [*start_updates(pd.default_model(jobs), lang, pd.compare_pair(jobs)), *tables, onnx_note(lang)]
+
+    def on_pick(ref, prompt_v, last_example, request: gr.Request):
+        """A model picked by hand: its example replaces the prompt only when the prompt is empty or still the last example."""
+        start = pd.start_for(jobs.runs_dir, ref, lang_of(request))
+        replace = not (prompt_v or "").strip() or prompt_v == last_example
+        return (gr.update(value=start.example) if replace else gr.skip(), gr.update(value=start.keep), gr.update(value=start.mode),
+                start.example if replace else last_example)
+
+    def on_pair(model_a, model_b, request: gr.Request) -> str:
+        return pd.compare_note(jobs.runs_dir, model_a, model_b, lang_of(request))
+
+    outputs = [s.model, s.adapter, s.mode, s.preset, s.help, s.greedy_note, *s.gen.values(), c.chat, c.prompt, c.keep, c.stats, c.notice,
+               cmp.model_a, cmp.model_b, cmp.prompt, cmp.note, example]
+    return SimpleNamespace(try_it=try_it, on_load=on_load, on_pick=on_pick, on_pair=on_pair, outputs=outputs)
 
 
 def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict[str, Any]:
+    from engine.views import playground_defaults as pd
+
+    models = choices.playground_models(jobs)
+    start, pair = pd.start_for(jobs.runs_dir, pd.default_model(jobs), "en"), pd.compare_pair(jobs)  # page load shows them in the visitor's language
+    gr.Markdown(T("playground.intro"))
     with gr.Row(elem_classes="form-results"):
         with gr.Column(scale=2):
-            models = choices.playground_models(jobs)
-            s = model_settings(jobs, models)
+            s = model_settings(jobs, models, start)
         with gr.Column(scale=3):
             with gr.Tabs():
-                with gr.Tab("Chat"):
-                    c = chat_tab()
-                with gr.Tab("Compare"):
-                    cmp = compare_tab(models)
-                with gr.Tab("Batch"):
+                with gr.Tab(T("playground.chat.tab")) as chat_t:
+                    c = chat_tab(start)
+                with gr.Tab(T("playground.compare.tab")) as compare_t:
+                    cmp = compare_tab(models, pair, pd.compare_note(jobs.runs_dir, *pair, "en"), start.example)
+                with gr.Tab(T("playground.batch.tab")) as batch_t:
                     b = batch_tab()
-                with gr.Tab("Evaluate"):
+                with gr.Tab(T("playground.evaluate.tab")) as eval_t:
                     e = evaluate_tab()
-                with gr.Tab("Export (ONNX)"):
+                with gr.Tab(T("playground.export.tab")) as export_t:
                     x = export_tab()
+    example = gr.State(start.example)  # the example the prompt box was last filled with (replaced on a model change; typed text is kept)
     gen = list(s.gen.values())
     signals = StopSignals()
     load = functools.partial(playground_load.load_for_playground, jobs, allow_local_models=allow_local_models)
     h, be = chat_handlers(load, list(s.gen), signals), batch_eval_handlers(jobs, load, allow_local_models, list(s.gen), signals)
+    st = start_handlers(jobs, s, c, cmp, example)
+
+    def api(fn: Any, inputs: list, outputs: list, api_name: str, **kw: Any) -> None:
+        """An API endpoint that raises its errors (gradio_client, MCP), on a trigger the page never shows: the page's own
+        buttons call the variant that shows errors beside the inputs instead of over the outputs."""
+        gr.Button(visible=False).click(fn, inputs, outputs, api_name=api_name, **kw)
 
     send_inputs = [s.model, s.quant, s.mode, s.system, c.prompt, c.chat, *gen, *s.load_extra]
     chat_outputs = [c.chat, c.prompt, c.stats, s.model_info]
-    c.send.click(h.on_send, send_inputs, chat_outputs, api_name="generate", **GPU)
-    c.prompt.submit(h.on_send, send_inputs, chat_outputs, **GPU)
-    c.regen.click(h.on_regenerate, [c.chat], [c.chat, c.prompt], queue=False).success(h.on_send, send_inputs, chat_outputs, **GPU)
+    api(h.on_send, send_inputs, chat_outputs, "generate", **GPU)
+    page_inputs = [s.model, s.quant, s.mode, s.system, c.prompt, c.chat, c.keep, *gen, *s.load_extra]
+    gr.on([c.send.click, c.prompt.submit], h.page_send, page_inputs, [*chat_outputs, c.notice], api_visibility="private", **GPU)
+    c.regen.click(h.page_regenerate, page_inputs, [*chat_outputs, c.notice], api_visibility="private", **GPU)
     c.stop.click(h.on_stop, None, None, queue=False, api_name="stop_generation")
-    c.clear.click(lambda: ([], ""), None, [c.chat, c.stats], queue=False)
-    cmp.btn.click(h.on_compare, [s.model, cmp.model_b, s.quant, s.mode, s.system, cmp.prompt, *gen, *s.load_extra], cmp.outputs, api_name="compare", **GPU)
+    c.clear.click(lambda: ([], "", ""), None, [c.chat, c.stats, c.notice], queue=False, api_visibility="private")
+    cmp_inputs = [cmp.model_a, cmp.model_b, s.quant, s.mode, s.system, cmp.prompt, *gen, *s.load_extra]
+    api(h.on_compare, cmp_inputs, cmp.outputs, "compare", **GPU)
+    cmp.btn.click(h.page_compare, cmp_inputs, [*cmp.outputs, cmp.notice], api_visibility="private", **GPU)
     cmp.stop.click(h.on_stop, None, None, queue=False)
-    s.refresh.click(lambda: model_list_updates(jobs), None, [s.model, cmp.model_b, s.adapter], queue=False)
-    s.unload.click(ui_errors(lambda: f"Unloaded {playground_load.unload_models()} model(s)."), None, [s.model_info], api_name="unload_models")
-    s.preset.input(h.on_preset, [s.preset, *gen], gen, queue=False)
-    x.btn.click(be.on_onnx, [s.model, x.prompts], x.outputs, api_name="export_onnx", **GPU)
-    b.btn.click(be.on_batch, [s.model, s.quant, s.mode, b.text, b.file, b.size, *gen, *s.load_extra], b.outputs, api_name="batch_generate", **GPU)
+    for dropdown in (cmp.model_a, cmp.model_b):
+        dropdown.input(st.on_pair, [cmp.model_a, cmp.model_b], [cmp.note], queue=False, api_visibility="private")
+    lists = [s.model, cmp.model_b, s.adapter, cmp.model_a]
+    s.refresh.click(lambda: model_list_updates(jobs), None, lists, queue=False)
+    s.unload.click(ui_errors(lambda: tr("playground.model.unloaded", n=playground_load.unload_models())), None, [s.model_info], api_name="unload_models")
+    s.model.input(st.on_pick, [s.model, c.prompt, example], [c.prompt, c.keep, s.mode, example], queue=False, api_visibility="private")
+    s.preset.input(h.on_preset, [s.preset, *gen], [*gen, s.help, s.greedy_note], queue=False)
+    s.gen["do_sample"].input(h.on_sampling, [s.gen["do_sample"]], [*(s.gen[n] for n in SAMPLING_ONLY), s.greedy_note], queue=False,
+                             api_visibility="private")
+    api(be.on_onnx, [s.model, x.prompts], x.outputs, "export_onnx", **GPU)
+    x.btn.click(be.page_onnx, [s.model, x.prompts], [*x.outputs, x.notice], api_visibility="private", **GPU)
+    batch_inputs = [s.model, s.quant, s.mode, b.text, b.file, b.size, *gen, *s.load_extra]
+    api(be.on_batch, batch_inputs, b.outputs, "batch_generate", **GPU)
+    b.btn.click(be.page_batch, batch_inputs, b.outputs, api_visibility="private", **GPU)
     b.stop.click(h.on_stop, None, None, queue=False)
-    eval_inputs = [s.model, cmp.model_b, s.quant, e.both, e.text, e.data, e.window, e.stride, *s.load_extra]
-    e.ppl_btn.click(functools.partial(be.on_eval, "ppl"), eval_inputs, [e.out], api_name="perplexity", **GPU)
-    e.acc_btn.click(functools.partial(be.on_eval, "acc"), eval_inputs, [e.out], api_name="task_accuracy", **GPU)
-    return {"model": s.model, "model_b": cmp.model_b, "adapter": s.adapter}
+    eval_inputs = [s.model, cmp.model_a, s.quant, e.both, e.text, e.data, e.window, e.stride, *s.load_extra]
+    for kind, btn, name in (("ppl", e.ppl_btn, "perplexity"), ("acc", e.acc_btn, "task_accuracy")):
+        api(be.on_eval(kind), eval_inputs, [e.out], name, **GPU)
+        btn.click(be.page_eval(kind), eval_inputs, [e.out, e.notice], api_visibility="private", **GPU)
+    tabs = [chat_t, compare_t, batch_t, eval_t, export_t]
+
+    def on_load(request: gr.Request) -> list[Any]:
+        # gradio translates a tab's label when the tab is first shown: the others come from the server, in the page's language
+        lang = lang_of(request)
+        labels = [gr.Tab(label=i18n.t(f"playground.{k}.tab", lang)) for k in ("chat", "compare", "batch", "evaluate", "export")]
+        return [*st.on_load(request), *labels]
+
+    return {"model": s.model, "model_b": cmp.model_b, "model_a": cmp.model_a, "adapter": s.adapter, "lists": lists,
+            "try_it": st.try_it, "try_outputs": st.outputs,
+            "on_load": on_load, "load_outputs": [*st.outputs, b.outputs[1], e.out, x.outputs[0], x.note, *tabs]}
 
 
 # ---- MCP tools (python app.py --mcp) -------------------------------------------------------------
@@ -911,7 +1130,9 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         demo.load(ft["offer"], None, ft["offer_outputs"], api_name="interrupted_run")
         demo.load(ft["predict"], ft["form_inputs"], [ft["prediction"]], api_name="predict_memory")
         # finished runs appear in the playground as soon as its tab is opened
-        pg_tab.select(lambda: model_list_updates(jobs), None, [pg["model"], pg["model_b"], pg["adapter"]], queue=False)
+        pg_tab.select(lambda: model_list_updates(jobs), None, pg["lists"], queue=False)
+        # the playground opens on the newest finished run (else the built-in model), with its example, in the visitor's language
+        demo.load(pg["on_load"], None, pg["load_outputs"], queue=False, api_visibility="private")
         # a closed session's uploads go (those a run names stay, for Resume)
         def on_session_end(request: gr.Request) -> None:
             sweep_uploads(upload_dir, runs_dir, session=request.session_hash)

@@ -37,6 +37,7 @@ from ..errors import EngineError, GenerationError
 from ..hardware.device import peak_memory_gib, reset_peak
 from ..models.loading import LoadedModel
 from .decoding import StopOnEvent, encode_prompt, end_token_ids, generate_kwargs, merged_stop_strings
+from .notes import Note
 
 MAX_PROMPTS = 1000
 MAX_MICRO_BATCH = 256
@@ -90,17 +91,17 @@ def parse_prompts(text: str | None, file_path: str | None) -> list[str]:
 
     has_text = bool(text and text.strip())
     if has_text and file_path:
-        raise DataError("Give the prompts either in the text box or as a file, not both: clear one of them.")
+        raise DataError(key="playground.error.batch_text_and_file")
     if file_path:
         prompts = _prompts_from_file(Path(file_path))
-        where = Path(file_path).name
+        where = {"key": "playground.error.batch_no_prompts_file", "file": Path(file_path).name}
     else:
         prompts = [line.strip() for line in (text or "").splitlines() if line.strip()]
-        where = "the text box"
+        where = {"key": "playground.error.batch_no_prompts"}
     if not prompts:
-        raise DataError(f"There are no prompts in {where}: write one prompt per line.")
+        raise DataError(**where)
     if len(prompts) > MAX_PROMPTS:
-        raise DataError(f"{where} has {len(prompts)} prompts; the limit is {MAX_PROMPTS} per batch. Split the list.")
+        raise DataError(key="playground.error.batch_too_many", n=len(prompts), limit=MAX_PROMPTS)
     return prompts
 
 
@@ -111,11 +112,12 @@ def _prompts_from_file(path: Path) -> list[str]:
 
     suffix = path.suffix.lower()
     if suffix not in PROMPT_FILE_TYPES:
-        raise DataError(f"{path.name}: unsupported file type {suffix or '(no extension)'!r}. Use {', '.join(PROMPT_FILE_TYPES)}.")
+        raise DataError(key="playground.error.batch_file_type", file=path.name, suffix=repr(suffix or "(no extension)"),
+                        allowed=", ".join(PROMPT_FILE_TYPES))
     if not path.is_file():
-        raise DataError(f"Prompt file not found: {path.name}. Upload it again.")
+        raise DataError(key="playground.error.batch_file_missing", file=path.name)
     if path.stat().st_size > MAX_PROMPT_FILE_BYTES:
-        raise DataError(f"{path.name} is larger than {MAX_PROMPT_FILE_BYTES // 2**20} MB: that is more than a batch of {MAX_PROMPTS} prompts.")
+        raise DataError(key="playground.error.batch_file_big", file=path.name, mb=MAX_PROMPT_FILE_BYTES // 2**20, limit=MAX_PROMPTS)
     content = read_text(path, check_lines=True)
     if suffix == ".txt":
         return [line.strip() for line in content.splitlines() if line.strip()]
@@ -129,7 +131,8 @@ def _prompts_from_file(path: Path) -> list[str]:
         prompt = _prompt_of(row)
         if prompt is None:
             keys = ", ".join(map(repr, list(row)[:8])) if isinstance(row, dict) else type(row).__name__
-            raise DataError(f"{path.name}: {unit} {number} has no prompt column (found {keys}); name one column {' / '.join(PROMPT_COLUMNS)}.")
+            raise DataError(key=f"playground.error.batch_no_column_{unit}", file=path.name, number=number, found=keys,
+                            columns=" / ".join(PROMPT_COLUMNS))
         if prompt.strip():
             prompts.append(prompt.strip())
     return prompts
@@ -194,16 +197,13 @@ def _encode_all(loaded: LoadedModel, prompts: list[str], chat: bool) -> list[lis
         try:
             encoded.append(encode_prompt(loaded, prompt, chat)["input_ids"][0].tolist())
         except GenerationError as exc:
-            raise GenerationError(f"Prompt {number}: {exc}") from exc
+            raise GenerationError(key="playground.error.batch_prompt", number=number, reason=str(exc)) from exc
     ctx = loaded.context_length
     if ctx is not None:
         too_long = [i + 1 for i, ids in enumerate(encoded) if len(ids) >= ctx]
         if too_long:
             shown = ", ".join(map(str, too_long[:10])) + (" ..." if len(too_long) > 10 else "")
-            raise GenerationError(
-                f"{len(too_long)} prompt(s) leave no room for an answer in this model's context of {ctx} tokens "
-                f"(prompt number {shown}): shorten or remove them."
-            )
+            raise GenerationError(key="playground.error.batch_too_long", n=len(too_long), ctx=ctx, numbers=shown)
     return encoded
 
 
@@ -241,9 +241,9 @@ def batch_generate(
         raise GenerationError("prompts must be a list of strings: use parse_prompts to split a text.")
     prompts = list(prompts)
     if not prompts:
-        raise GenerationError("There are no prompts to generate for.")
+        raise GenerationError(key="playground.error.batch_no_prompts")
     if len(prompts) > MAX_PROMPTS:
-        raise GenerationError(f"{len(prompts)} prompts is more than the limit of {MAX_PROMPTS} per batch.")
+        raise GenerationError(key="playground.error.batch_too_many", n=len(prompts), limit=MAX_PROMPTS)
     if isinstance(micro_batch, float) and micro_batch.is_integer():
         micro_batch = int(micro_batch)  # a UI number field may deliver 8.0
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or not 1 <= micro_batch <= MAX_MICRO_BATCH:
@@ -287,26 +287,22 @@ def batch_generate(
             if not _is_oom(exc):
                 if isinstance(exc, EngineError):
                     raise
-                raise GenerationError(f"Generation failed on prompts {start + 1}-{start + len(chunk)}: {type(exc).__name__}: {exc}") from exc
+                raise GenerationError(key="playground.error.batch_failed", first=start + 1, last=start + len(chunk),
+                                      details=f"{type(exc).__name__}: {exc}") from exc
             del input_ids, attention_mask
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()  # give the failed attempt's blocks back before retrying smaller
             if size == 1:
-                raise GenerationError(
-                    f"Out of memory generating for prompt {start + 1} even alone: lower max new tokens, shorten the prompt, "
-                    "or load the model in 4-bit."
-                ) from exc
+                raise GenerationError(key="playground.error.batch_oom", number=start + 1) from exc
             size = (len(chunk) + 1) // 2  # rounded up: 7 -> 4 -> 2 -> 1, no batch is split into a lone straggler
-            notes.append(f"Out of memory with {len(chunk)} prompts at once: continuing with micro-batches of {size}.")
+            notes.append(Note("playground.note.batch_halved", n=len(chunk), size=size))
             continue
         if stop.is_set():  # interrupted inside this micro-batch: its rows are cut short, drop them
             yield progress(finished=True, stopped=True, peak_gib=peak_memory_gib(loaded.device))
             return
         seconds = (time.perf_counter() - t_chunk) / len(chunk)
         if max_new < settings.max_new_tokens:
-            notes.append(
-                f"Prompts {start + 1}-{start + len(chunk)}: max_new_tokens lowered to {max_new} (context {ctx}, longest prompt {width} tokens)."
-            )
+            notes.append(Note("playground.note.batch_max_new", first=start + 1, last=start + len(chunk), new=max_new, ctx=ctx, width=width))
         for offset, generated in enumerate(out[:, width:].cpu().tolist()):
             n, reason = _finish(generated, eos_ids, pad_id, max_new)
             text = tokenizer.decode(generated[:n], skip_special_tokens=True)

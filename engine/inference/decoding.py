@@ -34,12 +34,10 @@ def flatten_content(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
     flat: list[dict[str, str]] = []
     for message in messages:
         if not isinstance(message, dict):
-            raise GenerationError(
-                f"A chat message must be a mapping with 'role' and 'content', got {type(message).__name__}."
-            )
+            raise GenerationError(key="playground.error.bad_message", kind=type(message).__name__)
         role = str(message.get("role", "user"))
         if role not in _ROLES:
-            raise GenerationError(f"Unknown chat role {role!r}: use one of {', '.join(_ROLES)}.")
+            raise GenerationError(key="playground.error.bad_role", role=repr(role), roles=", ".join(_ROLES))
         flat.append({"role": role, "content": _text_of(message.get("content"))})
     return flat
 
@@ -64,7 +62,7 @@ def encode_prompt(loaded: LoadedModel, prompt: str | list[dict[str, Any]], chat:
     tokenizer = loaded.tokenizer
     if isinstance(prompt, str):
         if not prompt.strip():
-            raise GenerationError("The prompt is empty: type something for the model to answer or continue.")
+            raise GenerationError(key="playground.error.empty_prompt")
         if not chat:
             enc = tokenizer(prompt, return_tensors="pt")
             return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
@@ -72,7 +70,7 @@ def encode_prompt(loaded: LoadedModel, prompt: str | list[dict[str, Any]], chat:
     else:
         messages = flatten_content(list(prompt))
         if not any(m["content"].strip() for m in messages):
-            raise GenerationError("The conversation is empty: type a message first.")
+            raise GenerationError(key="playground.error.empty_conversation")
         if not chat:
             raise GenerationError("A list of chat messages needs chat=True (raw completion takes a string).")
     if not getattr(tokenizer, "chat_template", None):
@@ -82,7 +80,7 @@ def encode_prompt(loaded: LoadedModel, prompt: str | list[dict[str, Any]], chat:
     try:
         enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     except Exception as exc:  # jinja2 TemplateError and friends: the template rejected these messages
-        raise GenerationError(f"The chat template could not format these messages: {exc}") from exc
+        raise GenerationError(key="playground.error.chat_template", details=str(exc)) from exc
     input_ids = enc["input_ids"]
     mask = enc.get("attention_mask")
     return {"input_ids": input_ids, "attention_mask": mask if mask is not None else torch.ones_like(input_ids)}

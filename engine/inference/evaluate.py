@@ -29,8 +29,10 @@ from typing import Any, TypeVar
 
 import torch
 
+from .. import i18n
 from ..errors import EngineError
 from ..models.loading import LoadedModel
+from .notes import Note
 from .tasks import TaskScore, date_items, evaluate_task
 
 T = TypeVar("T")
@@ -52,12 +54,12 @@ class PerplexityResult:
     skipped: int = 0  # texts with fewer than 2 tokens: nothing to predict
     notes: list[str] = field(default_factory=list)
 
-    def summary(self) -> str:
-        """One line for logs and the UI."""
-        return (
-            f"perplexity {self.ppl:.3f} (nll {self.nll:.4f}) over {self.tokens} tokens of {self.texts} texts, "
-            f"{self.windows} windows of {self.window} (stride {self.stride}), {self.seconds:.1f} s"
-        )
+    def summary(self, lang: str = "en") -> str:
+        """One line for logs and the UI, in `lang`."""
+        return i18n.t("playground.eval.ppl_summary", lang, ppl=i18n.fmt_number(self.ppl, lang, 3), nll=i18n.fmt_number(self.nll, lang, 4),
+                      tokens=i18n.fmt_number(self.tokens, lang), texts=i18n.fmt_number(self.texts, lang), windows=i18n.fmt_number(self.windows, lang),
+                      window=i18n.fmt_number(self.window, lang), stride=i18n.fmt_number(self.stride, lang),
+                      seconds=i18n.fmt_number(self.seconds, lang, 1))
 
 
 def _protect_4bit(loaded: LoadedModel) -> int:
@@ -84,17 +86,17 @@ def _resolve_window(loaded: LoadedModel, window: int | None, stride: int | None)
     if window is None:
         if ctx is None:
             window = 1024
-            notes.append("The model does not state its context length: windows of 1024 tokens were used.")
+            notes.append(Note("playground.note.no_context_length"))
         else:
             window = ctx
     if isinstance(window, bool) or not isinstance(window, int) or window < 2:
-        raise EngineError(f"window = {window!r} is not allowed: a window needs at least 2 tokens (one to read, one to predict).")
+        raise EngineError(key="playground.error.window_small", window=repr(window))
     if ctx is not None and window > ctx:
-        raise EngineError(f"window = {window} is larger than this model's context of {ctx} tokens: use at most {ctx}.")
+        raise EngineError(key="playground.error.window_big", window=window, ctx=ctx)
     if stride is None:
         stride = max(1, window // 2)
     if isinstance(stride, bool) or not isinstance(stride, int) or not 1 <= stride <= window:
-        raise EngineError(f"stride = {stride!r} is not allowed: use 1 to {window} (the window); a stride larger than the window would skip tokens.")
+        raise EngineError(key="playground.error.stride", stride=repr(stride), window=window)
     return window, stride, notes
 
 
@@ -150,7 +152,7 @@ def perplexity(loaded: LoadedModel, texts: Sequence[str], *, window: int | None 
         texts = [texts]  # one text given as a string: not a list of its characters
     texts = [t for t in texts if isinstance(t, str) and t.strip()]
     if not texts:
-        raise EngineError("There is no text to measure perplexity on: give at least one non-empty text.")
+        raise EngineError(key="playground.error.ppl_no_text")
     window, stride, notes = _resolve_window(loaded, window, stride)
     model, tokenizer = loaded.model, loaded.tokenizer
     _protect_4bit(loaded)
@@ -173,9 +175,9 @@ def perplexity(loaded: LoadedModel, texts: Sequence[str], *, window: int | None 
         if was_training:
             model.train()
     if tokens == 0:
-        raise EngineError("Every text is shorter than 2 tokens: there is nothing to predict. Give longer texts.")
+        raise EngineError(key="playground.error.ppl_short")
     if skipped:
-        notes.append(f"{skipped} text(s) shorter than 2 tokens were skipped.")
+        notes.append(Note("playground.note.ppl_skipped", n=skipped))
     nll = nll_sum / tokens
     return PerplexityResult(
         ppl=math.exp(nll) if nll < 700 else math.inf,  # exp overflows a float past ~709
@@ -199,11 +201,11 @@ def dataset_perplexity(loaded: LoadedModel, source: str, *, max_rows: int = 200,
 
     max_rows = _whole(max_rows)
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or not 1 <= max_rows <= MAX_DATASET_ROWS:
-        raise EngineError(f"max_rows = {max_rows!r} is not allowed: use 1 to {MAX_DATASET_ROWS}.")
+        raise EngineError(key="playground.error.max_rows", value=repr(max_rows), limit=MAX_DATASET_ROWS)
     records = load_records(source)
     texts = record_texts(records)
     result = perplexity(loaded, texts[:max_rows], **kw)
-    result.notes.insert(0, f"{min(len(texts), max_rows)} of {records.summary()}")
+    result.notes.insert(0, Note("playground.note.ppl_rows", n=min(len(texts), max_rows), rows=records.summary()))
     return result
 
 
@@ -228,10 +230,7 @@ def task_accuracy(loaded: LoadedModel, *, n: int | None = None, max_new_tokens: 
         template = None if getattr(tokenizer, "chat_template", None) else DEFAULT_CHAT_TEMPLATE
         longest = int(left_padded_prompts(tokenizer, items, template, tokenizer.pad_token_id)[0].shape[1])
         if longest >= ctx:
-            raise EngineError(
-                f"The date task's prompts take up to {longest} tokens with this tokenizer, but this model's context holds "
-                f"only {ctx}: it cannot be scored on this task."
-            )
+            raise EngineError(key="playground.error.task_context", longest=longest, ctx=ctx)
         max_new_tokens = min(max_new_tokens, ctx - longest)
     _protect_4bit(loaded)  # evaluate_task leaves this to its caller (see its docstring)
     return evaluate_task(loaded.model, tokenizer, items, max_new_tokens=max_new_tokens, batch_size=batch_size)

@@ -37,6 +37,7 @@ from ..errors import EngineError, GenerationError
 from ..hardware.device import peak_memory_gib, reset_peak
 from ..models.loading import LoadedModel
 from .decoding import StopOnEvent, encode_prompt, end_token_ids, generate_kwargs, merged_stop_strings
+from .notes import Note
 
 _POLL_S = 0.1  # how often the consumer checks that the worker is still alive while waiting for text
 _MIN_UPDATE_S = 0.04  # at most ~25 text updates per second: smooth to the eye, and nearly free for generate
@@ -136,15 +137,9 @@ def stream_generate(
     ctx = loaded.context_length
     if ctx is not None:
         if prompt_len >= ctx:
-            raise GenerationError(
-                f"The prompt is {prompt_len} tokens long but this model's context holds only {ctx} tokens, "
-                "leaving no room for an answer: shorten the prompt or clear the chat history."
-            )
+            raise GenerationError(key="playground.error.prompt_too_long", tokens=prompt_len, ctx=ctx)
         if max_new > ctx - prompt_len:
-            notes.append(
-                f"max_new_tokens lowered from {max_new} to {ctx - prompt_len}: the model's context is {ctx} tokens "
-                f"and the prompt uses {prompt_len}."
-            )
+            notes.append(Note("playground.note.max_new_lowered", old=max_new, new=ctx - prompt_len, ctx=ctx, used=prompt_len))
             max_new = ctx - prompt_len
 
     from transformers import StoppingCriteriaList
@@ -202,11 +197,8 @@ def stream_generate(
             if isinstance(exc, EngineError):
                 raise exc
             if isinstance(exc, torch.OutOfMemoryError):
-                raise GenerationError(
-                    "Out of memory while generating: lower max new tokens, shorten the prompt, "
-                    "or load the model in 4-bit."
-                ) from exc
-            raise GenerationError(f"Generation failed: {type(exc).__name__}: {exc}") from exc
+                raise GenerationError(key="playground.error.generate_oom") from exc
+            raise GenerationError(key="playground.error.generate_failed", details=f"{type(exc).__name__}: {exc}") from exc
         sequences = result["sequences"]
         generated = sequences[0, prompt_len:]
         n = int(generated.numel())

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import i18n
 from ..data.files import SAMPLES_DIR
 from ..data.formats import to_messages
 
@@ -69,9 +70,9 @@ class TaskScore:
     correct: int
     examples: list[tuple[str, str, str]] = field(default_factory=list)  # (prompt, expected, got)
 
-    def summary(self) -> str:
-        """One line for logs and the UI, e.g. 'accuracy 42.0% (42/100)'."""
-        return f"accuracy {100 * self.accuracy:.1f}% ({self.correct}/{self.n})"
+    def summary(self, lang: str = "en") -> str:
+        """One line for logs and the UI, in `lang`, e.g. 'accuracy 42.0% (42/100)'."""
+        return i18n.t("playground.eval.acc_summary", lang, pct=i18n.fmt_number(100 * self.accuracy, lang, 1), correct=self.correct, n=self.n)
 
 
 def _date_pool() -> list[dt.date]:

@@ -93,19 +93,14 @@ def hub_error(exc: Exception, what: str, location: str) -> ModelLoadError:
     """Translate the many ways from_pretrained fails into one message a person can act on."""
     text = str(exc)
     if "trust_remote_code" in text and is_shared():
-        return ModelLoadError(f"{location} ships its own Python code (trust_remote_code), which a shared app never runs. "
-                              "Pick a model that transformers supports natively.")
+        return ModelLoadError(key="playground.error.remote_code_shared", model=location)
     if "trust_remote_code" in text:
-        return ModelLoadError(
-            f"{location} ships its own Python code. Enable 'Trust remote code' to load it, but only if you "
-            "trust its authors: that code runs on this machine."
-        )
+        return ModelLoadError(key="playground.error.remote_code", model=location)
+    # `what` is one of the keys of playground.load_what (model, tokenizer of, LoRA adapter)
     if isinstance(exc, OSError):
-        return ModelLoadError(
-            f"Could not load the {what} {location!r}: not found or no internet (offline, wrong id, private or "
-            f"gated model without a token in HF_TOKEN). Details: {text.splitlines()[0] if text else type(exc).__name__}"
-        )
-    return ModelLoadError(f"Could not load the {what} {location!r}: {type(exc).__name__}: {text[:500]}")
+        return ModelLoadError(key=f"playground.error.not_found_{what}", model=repr(location),
+                              details=text.splitlines()[0] if text else type(exc).__name__)
+    return ModelLoadError(key=f"playground.error.load_failed_{what}", model=repr(location), details=f"{type(exc).__name__}: {text[:500]}")
 
 
 def tokenizer_from(location: str, trust_remote_code: bool) -> Any:
@@ -119,7 +114,7 @@ def tokenizer_from(location: str, trust_remote_code: bool) -> Any:
         check_remote_code(trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code, **token_kwargs())
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise hub_error(exc, "tokenizer of", location) from exc
+        raise hub_error(exc, "tokenizer", location) from exc
     ensure_chat_template(tokenizer)
     # Decoder-only generation continues from the last position: batches must be padded on the left.
     tokenizer.padding_side = "left"
@@ -255,16 +250,13 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(source.location, **kwargs)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, ImportError) as exc:
         if isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower():
-            raise ModelLoadError(
-                f"Out of memory while loading {ref}: try 4-bit quantization, a smaller model, or free the "
-                "models loaded in the playground."
-            ) from exc
+            raise ModelLoadError(key="playground.error.load_oom", model=ref) from exc
         raise hub_error(exc, "model", source.location) from exc
 
     adapter_location = str(source.adapter_dir) if source.adapter_dir is not None else None
     if adapter:
         if adapter_location is not None:
-            raise ModelLoadError(f"{ref} already carries a LoRA adapter; load its base model to apply another adapter.")
+            raise ModelLoadError(key="playground.error.adapter_twice", model=ref)
         adapter_location = resolve_adapter(adapter, runs_dir, allow_local_paths)
     if adapter_location is not None:
         model = _apply_adapter(model, adapter_location)
@@ -324,11 +316,14 @@ def load_model(
     return loaded
 
 
+BNB_INSTALL = "pip install bitsandbytes==0.50.2"  # the version requirements.txt pins
+
+
 def _check_bnb() -> None:
     try:
         import bitsandbytes  # noqa: F401
     except ImportError as exc:  # requirements pin it; this is for hand-made environments
-        raise ModelLoadError("8-bit and 4-bit loading need bitsandbytes: pip install bitsandbytes==0.50.2") from exc
+        raise ModelLoadError(key="playground.error.needs_bnb", command=BNB_INSTALL) from exc
 
 
 class _DropInt8CastWarning(logging.Filter):
@@ -356,7 +351,5 @@ def _apply_adapter(model: Any, location: str) -> Any:
         return PeftModel.from_pretrained(model, location, is_trainable=False, **token_kwargs())
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and "size mismatch" in str(exc):
-            raise ModelLoadError(
-                f"The LoRA adapter {location!r} was trained on a different base model (shapes do not match)."
-            ) from exc
-        raise hub_error(exc, "LoRA adapter", location) from exc
+            raise ModelLoadError(key="playground.error.adapter_mismatch", adapter=repr(location)) from exc
+        raise hub_error(exc, "adapter", location) from exc

@@ -101,18 +101,14 @@ def resolve_model(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int 
         raise ModelLoadError(f"Model reference {ref!r} refers to runs that refer to each other too deeply (a cycle?).")
     ref = (ref or "").strip()
     if not ref:
-        raise ModelLoadError("No model given: pick a built-in model, a finished run, or type a Hugging Face model id.")
+        raise ModelLoadError(key="playground.error.no_model")
 
     if ref.startswith(BUILTIN_PREFIX):
         name = ref[len(BUILTIN_PREFIX) :]
         folder = builtin_model_dir(name, runs_dir)
         if not (folder / "config.json").exists():
             _check_known_preset(name)
-            raise ModelLoadError(
-                f"The built-in model {name} has not been pretrained yet: start a 'scratch' run with base model "
-                f"builtin:{name} (or any fine-tune of it, which pretrains it first), or run "
-                f"`python -m engine prepare-builtin {name}`. It takes a few minutes on a CPU."
-            )
+            raise ModelLoadError(key="playground.error.builtin_missing", name=name)
         return ModelSource(str(folder), True, f"built-in {name}")
 
     if ref.startswith(RUN_PREFIX):
@@ -121,11 +117,11 @@ def resolve_model(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int 
             name = name[: -len(MERGED_SUFFIX)]
             merged = run_ref_dir(name, runs_dir) / "merged"
             if not (merged / "config.json").exists():
-                raise ModelLoadError(f"Run {name!r} has no merged model yet: merge its adapter first (Fine-tune → Merge adapter).")
+                raise ModelLoadError(key="playground.error.not_merged", run=repr(name))
             return ModelSource(str(merged), True, f"run {name} (merged)")
         run_dir = run_ref_dir(name, runs_dir)
         if not run_dir.is_dir():
-            raise ModelLoadError(f"There is no run named {name!r} in {runs_dir}.")
+            raise ModelLoadError(key="playground.error.unknown_run", run=repr(name))
         adapter_dir = run_dir / "adapter"
         model_dir = run_dir / "model"
         if (adapter_dir / "adapter_config.json").exists():
@@ -153,10 +149,7 @@ def resolve_model(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int 
             )
         if (model_dir / "config.json").exists():
             return ModelSource(str(model_dir), True, f"run {name}")
-        raise ModelLoadError(
-            f"Run {name!r} has no final model yet (no adapter/ or model/ folder): it is still running, or it was "
-            "stopped or failed before saving. Resume it from the run history, then load it again."
-        )
+        raise ModelLoadError(key="playground.error.run_unfinished", run=repr(name))
 
     path = Path(ref).expanduser()
     # Anything that exists on disk is a path (from_pretrained would prefer the folder over a Hub id of the

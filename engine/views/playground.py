@@ -1,7 +1,8 @@
 """The Playground panel without its widgets: the generation settings from the form and a decoding preset applied on
-them, the request sent to the model (chat or completion), a chat turn and a comparison as they stream, with the
-stats line under each; the loaded model's line, regenerate's last turn, and the rows of the Batch, Evaluate and
-Export tabs."""
+them, the request sent to the model (chat or completion, the conversation kept or each prompt on its own), a chat
+turn and a comparison as they stream, with the stats line under each; the loaded model's line, regenerate's last
+turn, and the tables of the Batch, Evaluate and Export tabs. Every text a person reads is rendered in `lang`
+(engine/i18n.py); numbers go through `fmt_number`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 from ..config import GenerationSettings
 from ..errors import GenerationError
 from ..fields import from_flat
+from ..i18n import fmt_number, t
 from .choices import NO_ADAPTER
 from .uploads import export_path
 
@@ -29,9 +31,9 @@ def prompt_settings(gen_names: list[str], gen_vals: tuple, prompt: str | None) -
     """split_gen_values for a generation from a prompt, refused when the prompt is empty."""
     settings, extra = split_gen_values(gen_names, gen_vals)
     if prompt is not None and not isinstance(prompt, str):
-        raise GenerationError(f"prompt = {prompt!r} is not allowed: text.")
+        raise GenerationError(key="playground.error.not_text", field="prompt", value=repr(prompt))
     if not (prompt or "").strip():
-        raise GenerationError("Type a prompt first.")
+        raise GenerationError(key="playground.error.type_prompt")
     return settings, extra
 
 
@@ -53,31 +55,35 @@ def generation_request(mode: str, system: str | None, history: list[dict[str, An
     """Chat messages (system prompt, the conversation so far, the new prompt) in chat mode; the raw prompt in completion mode.
     Values an API caller may send wrongly typed are refused with a message naming the field."""
     if mode not in ("chat", "completion"):
-        raise GenerationError(f"mode = {mode!r} is not allowed: chat or completion.")
+        raise GenerationError(key="playground.error.bad_mode", value=repr(mode))
     if system is None:
         system = ""
     if not isinstance(system, str):
-        raise GenerationError(f"system prompt = {system!r} is not allowed: text (or empty).")
+        raise GenerationError(key="playground.error.not_text", field="system prompt", value=repr(system))
     if not isinstance(prompt, str):
-        raise GenerationError(f"prompt = {prompt!r} is not allowed: text.")
+        raise GenerationError(key="playground.error.not_text", field="prompt", value=repr(prompt))
     if not isinstance(history, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in history):
-        raise GenerationError("history is not allowed: a list of messages, each with a role and a content.")
+        raise GenerationError(key="playground.error.bad_history")
     if mode == "chat":
         return ([{"role": "system", "content": system}] if system.strip() else []) + history + [{"role": "user", "content": prompt}]
     return prompt
 
 
 def chat_turn(loaded: Any, mode: str, system: str, history: list[dict[str, Any]], prompt: str, settings: GenerationSettings,
-              stop_event: threading.Event) -> Iterator[tuple[list[dict[str, Any]], str]]:
-    """(conversation, stats line) as the answer to `prompt` streams: first with an empty answer and "generating…"."""
+              stop_event: threading.Event, *, keep: bool = True, lang: str = "en") -> Iterator[tuple[list[dict[str, Any]], str]]:
+    """(conversation, stats line) as the answer to `prompt` streams: first with an empty answer and "generating…".
+    keep=False: the model sees the new prompt only (and the system prompt), while the earlier turns stay on screen; a
+    task model (dates) must answer a second question on its own, not as the continuation of the first."""
     from ..inference.generate import stream_generate
 
-    request = generation_request(mode, system, history, prompt)
+    request = generation_request(mode, system, history if keep else [], prompt)
+    if not isinstance(history, list):
+        history = []
     history = history + [{"role": "user", "content": prompt}, {"role": "assistant", "content": ""}]
-    yield history, "generating…"
+    yield history, t("playground.stats.generating", lang)
     for upd in stream_generate(loaded, request, settings, chat=mode == "chat", stop_event=stop_event):
         history[-1]["content"] = upd.text
-        yield history, stats_line(upd)
+        yield history, stats_line(upd, lang)
 
 
 def side_extra(extra: tuple, side: int) -> tuple:
@@ -86,40 +92,56 @@ def side_extra(extra: tuple, side: int) -> tuple:
 
 
 def compare_turns(load_side: Callable[[int, str], Any], refs: tuple[str, str], request: Any, settings: GenerationSettings, *, chat: bool,
-                  stop_event: threading.Event) -> Iterator[tuple[str, str, str, str]]:
+                  stop_event: threading.Event, lang: str = "en") -> Iterator[tuple[str, str, str, str]]:
     """(text A, stats A, text B, stats B) as the two models answer one after the other (loaded by load_side(side, ref)
-    in turn, so only one has to fit in memory)."""
+    in turn, so only one has to fit in memory). Both models must be chosen."""
     from ..inference.generate import stream_generate
 
+    for side, ref in enumerate(refs):
+        if ref in (None, ""):
+            raise GenerationError(key="playground.error.compare_pick", side="AB"[side])
     texts, lines = ["", ""], ["", ""]
     for side, ref in enumerate(refs):
         if stop_event.is_set():
             break
-        lines[side] = f"loading {ref}…"
+        lines[side] = t("playground.stats.loading", lang, model=ref)
         yield texts[0], lines[0], texts[1], lines[1]
         loaded = load_side(side, ref)
         for upd in stream_generate(loaded, request, settings, chat=chat, stop_event=stop_event):
-            texts[side], lines[side] = upd.text, stats_line(upd)
+            texts[side], lines[side] = upd.text, stats_line(upd, lang)
             yield texts[0], lines[0], texts[1], lines[1]
 
 
-def stats_line(upd: Any) -> str:
+def stats_line(upd: Any, lang: str = "en") -> str:
     """Tokens, speed, time to first token (and at the end: peak memory, why it ended, notes) of a streamed generation."""
+    from ..inference.notes import render_note
+
     if upd.ttft is None:
-        return "generating…"
-    info = f"{upd.n_tokens} tokens · {upd.tokens_per_s:.1f} tokens/s · first token {upd.ttft:.2f}s"
+        return t("playground.stats.generating", lang)
+    info = t("playground.stats.line", lang, tokens=fmt_number(upd.n_tokens, lang), speed=fmt_number(round(upd.tokens_per_s, 1), lang, 1),
+             ttft=fmt_number(round(upd.ttft, 2), lang, 2))
     if upd.done and upd.peak_gib:
-        info += f" · peak {upd.peak_gib:.2f} GiB"
+        info += " · " + t("playground.stats.peak", lang, gib=fmt_number(round(upd.peak_gib, 2), lang, 2))
     if upd.done and upd.finish_reason:
-        info += f" · ended by {upd.finish_reason}"
+        info += " · " + t(f"playground.stats.ended_{upd.finish_reason}", lang)
     if upd.notes:
-        info += " · " + "; ".join(upd.notes)
+        info += " · " + "; ".join(render_note(n, lang) for n in upd.notes)
     return info
 
 
-def model_info(loaded: Any) -> str:
-    """What is loaded, how long it took, its footprint and where it lives."""
-    return f"**{loaded.ref}** · loaded in {loaded.load_seconds:.1f}s · {loaded.footprint_gib:.3f} GiB · {loaded.where}"
+def model_info(loaded: Any, lang: str = "en") -> str:
+    """What is loaded, how long it took, its footprint, how it is stored and where it runs."""
+    from ..hardware.device import dtype_name
+    from ..hardware.placement import summarize_device_map
+
+    device = "CPU" if loaded.device.kind == "cpu" else f"{loaded.device.kind} ({loaded.device.name})"
+    quant = t(f"playground.info.quant_{loaded.quant.mode.replace('-', '_')}", lang)
+    parts = [f"**{loaded.ref}**", t("playground.info.loaded_in", lang, seconds=fmt_number(round(loaded.load_seconds, 1), lang, 1)),
+             f"{fmt_number(round(loaded.footprint_gib, 3), lang, 3)} GiB", t("playground.info.runs_on", lang, quant=quant, dtype=dtype_name(loaded.dtype), device=device)]
+    if getattr(loaded, "adapter", None):
+        parts.append(t("playground.info.adapter", lang))
+    split = summarize_device_map(getattr(loaded.model, "hf_device_map", None))  # accelerate's auto placement: what went where
+    return " · ".join(parts + ([split] if split.startswith("split:") else []))
 
 
 def drop_last_turn(history: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]], str] | None:
@@ -141,7 +163,7 @@ def whole_number(value: Any, field: str, lo: int, hi: int) -> int:
     except (TypeError, ValueError, OverflowError):
         number = float("nan")
     if number != number or number in (float("inf"), float("-inf")) or number != int(number) or not lo <= number <= hi:
-        raise GenerationError(f"{field} = {value!r} is not allowed: a whole number from {lo} to {hi:,}.")
+        raise GenerationError(key="playground.error.whole_number", field=field, value=repr(value), lo=lo, hi=fmt_number(hi))
     return int(number)
 
 
@@ -151,8 +173,8 @@ def micro_batch_of(value: Any) -> int:
 
 
 def batch_updates(loaded: Any, prompts: list[str], settings: GenerationSettings, *, chat: bool, micro_batch: int, stop_event: threading.Event,
-                  exports_dir: Path | None = None) -> Iterator[tuple[str, list[list[Any]], Path | None]]:
-    """(progress line, table rows, CSV file) as a batch generates; the CSV is written once it is over, under an
+                  exports_dir: Path | None = None, lang: str = "en") -> Iterator[tuple[str, dict[str, Any], Path | None]]:
+    """(progress line, table, CSV file) as a batch generates; the CSV is written once it is over, under an
     unguessable name in the private exports folder (views/uploads.py; exports_dir: a folder of the caller's instead)."""
     from ..inference.batch import batch_generate, write_csv
 
@@ -161,7 +183,7 @@ def batch_updates(loaded: Any, prompts: list[str], settings: GenerationSettings,
         if prog.finished or prog.stopped:
             out = exports_dir / f"batch-{secrets.token_urlsafe(12)}.csv" if exports_dir else export_path("batch", ".csv")
             write_csv(prog.rows, out)
-        yield batch_line(prog), batch_rows(prog), out
+        yield batch_line(prog, lang), table("batch", batch_rows(prog), lang), out
 
 
 def batch_rows(prog: Any) -> list[list[Any]]:
@@ -169,20 +191,36 @@ def batch_rows(prog: Any) -> list[list[Any]]:
     return [[r.index + 1, r.prompt, r.output, r.tokens, round(r.seconds, 2)] for r in prog.rows]
 
 
-def batch_line(prog: Any) -> str:
+def batch_line(prog: Any, lang: str = "en") -> str:
     """Progress of a batch generation, ending with 'stopped' or 'done' once it is over."""
-    line = f"{prog.done}/{prog.total} prompts · micro batch {prog.micro_batch} · {prog.elapsed:.1f}s" + ("".join(f" · {n}" for n in prog.notes))
+    from ..inference.notes import render_note
+
+    line = t("playground.batch.line", lang, done=prog.done, total=prog.total, size=prog.micro_batch, seconds=fmt_number(round(prog.elapsed, 1), lang, 1))
+    line += "".join(f" · {render_note(n, lang)}" for n in prog.notes)
     if prog.finished or prog.stopped:
-        line += " · stopped" if prog.stopped else " · done"
+        line += " · " + t("playground.batch.stopped" if prog.stopped else "playground.batch.done", lang)
     return line
 
 
-def model_label(ref: str, extra: tuple) -> str:
+TABLES = {"batch": ("number", "prompt", "output", "tokens", "seconds"), "eval": ("model", "metric", "value", "details"), "onnx": ("check", "value")}
+
+
+def table_headers(name: str, lang: str) -> list[str]:
+    """The column names of one of the playground's tables (batch, eval, onnx) in `lang`."""
+    return [t(f"playground.table.{name}.{column}", lang) for column in TABLES[name]]
+
+
+def table(name: str, rows: list[list[Any]], lang: str) -> dict[str, Any]:
+    """A table's value for the page: its rows under headers in `lang`."""
+    return {"headers": table_headers(name, lang), "data": rows}
+
+
+def model_label(ref: str, extra: tuple, lang: str = "en") -> str:
     """The model's name in the Evaluate table, with its adapter when one is applied (extra: adapter, placement, budget)."""
-    return f"{ref} + adapter {extra[0]}" if extra and extra[0] not in (None, "", NO_ADAPTER) else ref
+    return t("playground.eval.with_adapter", lang, model=ref, adapter=extra[0]) if extra and extra[0] not in (None, "", NO_ADAPTER) else ref
 
 
-def evaluation_row(kind: str, loaded: Any, label: str, text: str | None, dataset: str, window: float, stride: float) -> list[Any]:
+def evaluation_row(kind: str, loaded: Any, label: str, text: str | None, dataset: str, window: float, stride: float, lang: str = "en") -> list[Any]:
     """One row of the Evaluate table: perplexity ('ppl': of the text, or of the dataset when the text is empty) or the
     date task's accuracy ('acc')."""
     from ..inference.evaluate import dataset_perplexity, perplexity, task_accuracy
@@ -190,16 +228,19 @@ def evaluation_row(kind: str, loaded: Any, label: str, text: str | None, dataset
     if kind == "ppl":
         kw = {"window": whole_number(window, "window", 0, 1 << 20) or None, "stride": whole_number(stride, "stride", 0, 1 << 20) or None}
         res = perplexity(loaded, [text], **kw) if (text or "").strip() else dataset_perplexity(loaded, dataset, **kw)
-        return [label, "perplexity", round(res.ppl, 3), res.summary()]
+        return [label, t("playground.eval.ppl", lang), round(res.ppl, 3), res.summary(lang)]
     score = task_accuracy(loaded)
-    return [label, "date-task accuracy", round(score.accuracy, 3), score.summary()]
+    return [label, t("playground.eval.acc", lang), round(score.accuracy, 3), score.summary(lang)]
 
 
 def evaluation_rows(kind: str, load: Callable[[str, tuple], Any], refs: list[str], extra: tuple, text: str | None, dataset: str, window: float,
-                    stride: float) -> list[list[Any]]:
+                    stride: float, lang: str = "en") -> list[list[Any]]:
     """The Evaluate table: one row per model (A, then B when asked), each loaded by load(ref, extra) in turn; the adapter
     in extra goes on model A only."""
-    return [evaluation_row(kind, load(ref, side_extra(extra, side)), model_label(ref, side_extra(extra, side)), text, dataset, window, stride)
+    for ref in refs:
+        if ref in (None, ""):
+            raise GenerationError(key="playground.error.no_model")
+    return [evaluation_row(kind, load(ref, side_extra(extra, side)), model_label(ref, side_extra(extra, side), lang), text, dataset, window, stride, lang)
             for side, ref in enumerate(refs)]
 
 

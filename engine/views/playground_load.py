@@ -1,6 +1,10 @@
 """Loading a model for the Playground: a checked reference, an optional adapter, a placement (one device or
 accelerate's auto offload with a GPU budget), and a refusal when a running training run leaves no room for it; and
-loading one for the ONNX export (unquantized, no adapter); unloading them all."""
+loading one for the ONNX export (unquantized, no adapter); unloading them all.
+
+A model that comes from the Hugging Face Hub is checked first (engine/models/hub_access.py): offline or with the Hub
+unreachable, a model that is not in the local cache is refused at once with a message, instead of after ~48 s of
+retries; one that is cached loads from the cache without a single request."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import MemoryQuery, QuantSettings
-from ..errors import EngineError
+from ..errors import EngineError, GenerationError
 from ..estimator import memory
 from ..estimator.handoff import check_ui_model_ref
 from ..sharing import MAX_MODEL_ENV, hub_token, is_shared, max_model_gib
@@ -22,11 +26,15 @@ def load_for_playground(jobs: JobManager, ref_v: str, quant_mode: str, extra: tu
     """The cached model for (reference, quantization) plus the optional (adapter, placement, GPU budget)."""
     from ..hardware.coexist import check_room_to_generate, cuda_free_gib
     from ..models.cache import MODEL_CACHE
+    from ..models.hub_access import offline_while
 
+    if ref_v in (None, ""):
+        raise GenerationError(key="playground.error.no_model")
     ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
-    check_hub_model_size(ref)
     adapter_v, placement_v, budget = (tuple(extra) + (NO_ADAPTER, "one device", 0))[:3]
     adapter_ref = None if adapter_v in (None, "", NO_ADAPTER) else check_ui_model_ref(adapter_v, jobs.runs_dir)
+    cache_only = check_reachable(ref, adapter_ref, jobs.runs_dir, allow_local_models)
+    check_hub_model_size(ref)
     device_map, max_memory = PLACEMENTS.get(placement_v, None), None
     if device_map == "auto" and budget and float(budget) > 0:
         from ..hardware.device import ram_gib
@@ -38,8 +46,32 @@ def load_for_playground(jobs: JobManager, ref_v: str, quant_mode: str, extra: tu
         check_room_to_generate(weights_gib(ref, quant_mode, jobs.runs_dir), training_run=active, free_gib=free)
     # The playground never trains (training loads its own copy in a subprocess), so the faster packed
     # bitsandbytes CPU layout is safe here (engine/models/bnb_safety.py explains the hazard it poses to training).
-    return MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True, adapter=adapter_ref,
-                                   device_map=device_map, max_memory=max_memory, allow_local_paths=allow_local_models)
+    with offline_while(cache_only):
+        return MODEL_CACHE.get_or_load(ref, QuantSettings(mode=quant_mode), runs_dir=jobs.runs_dir, allow_cpu_repack=True, adapter=adapter_ref,
+                                       device_map=device_map, max_memory=max_memory, allow_local_paths=allow_local_models)
+
+
+def hub_models(ref: str, adapter_ref: str | None, runs_dir: Path, allow_local: bool) -> list[str]:
+    """The Hugging Face ids a load of `ref` (plus `adapter_ref`) reads from the Hub: the model itself, a run's base, a
+    Hub adapter. Raises the reference's own error (an unknown run, a built-in model not pretrained...) at once."""
+    from ..models.references import resolve_model
+
+    source = resolve_model(ref, runs_dir, allow_local)
+    ids = [] if source.is_local else [source.location]
+    if adapter_ref and not adapter_ref.startswith(("run:", "builtin:")):  # the page names adapters as runs or Hub ids only
+        ids.append(adapter_ref)
+    return ids
+
+
+def check_reachable(ref: str, adapter_ref: str | None, runs_dir: Path, allow_local: bool) -> bool:
+    """Whether the load must read the local Hugging Face cache only (the Hub unreachable, the files cached); a keyed
+    ModelLoadError at once when a Hub model cannot be loaded now. A model already loaded in the cache is not checked."""
+    from ..models.cache import MODEL_CACHE
+    from ..models.hub_access import check_hub_model
+
+    if any(e["ref"] == ref for e in MODEL_CACHE.loaded()) and not adapter_ref:
+        return False
+    return any([check_hub_model(repo) for repo in hub_models(ref, adapter_ref, runs_dir, allow_local)])
 
 
 def weights_gib(ref: str, quant_mode: str, runs_dir: Path) -> float:
@@ -67,11 +99,15 @@ def weights_gib(ref: str, quant_mode: str, runs_dir: Path) -> float:
 def load_for_export(jobs: JobManager, ref_v: str, *, allow_local_models: bool = False) -> tuple[str, Any]:
     """The checked reference and its model loaded unquantized for the ONNX export; a LoRA adapter run is refused."""
     from ..models.cache import MODEL_CACHE
+    from ..models.hub_access import offline_while
 
+    if ref_v in (None, ""):
+        raise GenerationError(key="playground.error.no_model")
     ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
-    loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir, allow_local_paths=allow_local_models)
+    with offline_while(check_reachable(ref, None, jobs.runs_dir, allow_local_models)):
+        loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir, allow_local_paths=allow_local_models)
     if getattr(loaded, "adapter", None):
-        raise EngineError("This run is a LoRA adapter: merge it first (Fine-tune → Merge adapter), then export the merged model.")
+        raise EngineError(key="playground.error.export_adapter")
     return ref, loaded
 
 
@@ -81,8 +117,7 @@ def unload_models() -> int:
     from ..models.cache import MODEL_CACHE
 
     if is_shared():
-        raise EngineError("Unloading models is off on a shared app: other visitors may be using them. The playground keeps one "
-                          "model loaded and frees it by itself before loading another.")
+        raise EngineError(key="playground.error.unload_shared")
     return MODEL_CACHE.unload_all()
 
 
@@ -104,10 +139,9 @@ def check_hub_model_size(ref: str, api: Any = None) -> float | None:
     try:
         info = api.model_info(ref, files_metadata=True, token=hub_token())
     except Exception as exc:  # noqa: BLE001 - every Hub failure becomes one message (never the token: none is sent)
-        raise EngineError(f"Could not list the files of the Hub model {ref!r} to check its size ({type(exc).__name__}); check the id.") from None
+        raise EngineError(key="playground.error.hub_listing", model=repr(ref), kind=type(exc).__name__) from None
     gib = sum((f.size or 0) for f in (info.siblings or []) if f.rfilename.endswith(WEIGHT_SUFFIXES)) / 2**30
     cap = max_model_gib()
     if gib > cap:
-        raise EngineError(f"{ref} has {gib:.1f} GiB of weight files; this shared app loads Hub models up to {cap:.1f} GiB "
-                          f"(set {MAX_MODEL_ENV} to change it). Pick a smaller model.")
+        raise EngineError(key="playground.error.hub_too_big", model=ref, gib=f"{gib:.1f}", cap=f"{cap:.1f}", env=MAX_MODEL_ENV)
     return gib

@@ -87,5 +87,5 @@ def test_onnx_tab_is_disabled_with_the_install_command_when_packages_are_missing
     components = demo.config["components"]
     note = next(c for c in components if c.get("props", {}).get("elem_id") == "playground-onnx-note")
     assert "onnxruntime not installed" in note["props"]["value"] and "pip install -r requirements-onnx.txt" in note["props"]["value"]
-    button = next(c for c in components if c.get("props", {}).get("value") == "Export and compare")
+    button = next(c for c in components if c.get("props", {}).get("elem_id") == "playground-onnx-btn")
     assert button["props"]["interactive"] is False

@@ -98,7 +98,7 @@ def test_score_outputs():
     assert (score.correct, score.n, score.accuracy) == (2, 4, 0.5)
     assert score.examples[0] == (items[0]["instruction"], items[0]["output"], outputs[0])
     assert len(score.examples) == 4
-    assert score.summary() == "accuracy 50.0% (2/4)"
+    assert score.summary() == "accuracy 50% (2/4)" and score.summary("pt-BR") == "acurácia 50% (2/4)"
     assert len(score_outputs(date_items("test", 20), ["x"] * 20).examples) == 5
     assert score_outputs([], []).accuracy == 0.0
     with pytest.raises(ValueError):

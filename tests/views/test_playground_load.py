@@ -15,6 +15,7 @@ from engine.models.cache import MODEL_CACHE
 def test_export_loads_the_checked_reference_unquantized_and_refuses_an_adapter(monkeypatch):
     calls = []
     monkeypatch.setattr(playground_load, "check_ui_model_ref", lambda ref, runs_dir, allow_local=False: calls.append(("check", ref, allow_local)) or f"checked:{ref}")
+    monkeypatch.setattr(playground_load, "check_reachable", lambda ref, adapter, runs_dir, allow_local: False)
 
     def get_or_load(ref, quant, **kw):
         calls.append(("load", ref, quant.mode, kw))
@@ -51,6 +52,7 @@ def _guarded(monkeypatch, tmp_path, free_gib: float):
     monkeypatch.setattr(coexist, "cuda_free_gib", lambda: free_gib)
     monkeypatch.setattr(device_mod, "detect_device", lambda: DeviceInfo("cuda", "Tesla T4", 14.58, False, (7, 5)))
     monkeypatch.setattr(MODEL_CACHE, "loaded", lambda: [])
+    monkeypatch.setattr(playground_load, "check_reachable", lambda *a: False)  # its 3B base is a Hub model, not downloaded here
     loads = []
     monkeypatch.setattr(MODEL_CACHE, "get_or_load", lambda ref, quant, **kw: loads.append((ref, quant.mode)) or SimpleNamespace())
     return SimpleNamespace(runs_dir=tmp_path, active=lambda: "training-now"), loads

@@ -37,9 +37,20 @@ def _upd(**kw):
 
 def test_stats_line():
     assert stats_line(_upd(ttft=None)) == "generating…"
-    assert stats_line(_upd()) == "3 tokens · 12.3 tokens/s · first token 0.50s"
+    assert stats_line(_upd()) == "3 tokens · 12.3 tokens/s · first token after 0.50 s"
     done = stats_line(_upd(done=True, peak_gib=1.234, finish_reason="eos", notes=["a", "b"]))
-    assert done.endswith(" · peak 1.23 GiB · ended by eos · a; b")
+    assert done.endswith(" · peak memory 1.23 GiB · ended: the model finished its answer · a; b")
+
+
+def test_stats_line_in_portuguese_with_numbers_for_people():
+    from engine.inference.notes import Note
+
+    assert stats_line(_upd(ttft=None), "pt-BR") == "gerando…"
+    note = Note("playground.note.max_new_lowered", old=500, new=40, ctx=64, used=24)
+    done = stats_line(_upd(n_tokens=1234, done=True, peak_gib=1.234, finish_reason="stopped", notes=[note]), "pt-BR")
+    assert done.startswith("1.234 tokens · 12,3 tokens/s · primeiro token após 0,50 s · pico de memória 1,23 GiB · fim: interrompido")
+    assert done.endswith("max_new_tokens reduzido de 500 para 40: o contexto do modelo tem 64 tokens e o prompt usa 24.")
+    assert str(note).startswith("max_new_tokens lowered from 500")  # the CLI (English) still reads it as text
 
 
 def test_request_in_chat_and_completion_modes():
@@ -97,7 +108,8 @@ def test_compare_loads_one_side_after_the_other_and_stops(monkeypatch):
 def test_batch_line(finished, stopped, end):
     prog = SimpleNamespace(done=2, total=4, micro_batch=2, elapsed=0.5, notes=["halved after OOM"], finished=finished, stopped=stopped)
     line = batch_line(prog)
-    assert line.startswith("2/4 prompts · micro batch 2 · 0.5s · halved after OOM") and line.endswith(end if end != "0.5s" else "OOM")
+    assert line.startswith("2/4 prompts · micro batch 2 · 0.5 s · halved after OOM") and line.endswith(end if end != "0.5s" else "OOM")
+    assert batch_line(prog, "pt-BR").startswith("2/4 prompts · micro-batch 2 · 0,5 s")
 
 
 def test_the_adapter_goes_on_model_a_only():
@@ -145,7 +157,7 @@ def test_evaluation_rows_load_each_side_in_turn_with_the_adapter_on_a_only(monke
     import engine.views.playground as pg
 
     loads = []
-    monkeypatch.setattr(pg, "evaluation_row", lambda kind, loaded, label, text, dataset, window, stride: [label, kind, loaded, text, dataset, window, stride])
+    monkeypatch.setattr(pg, "evaluation_row", lambda kind, loaded, label, text, dataset, window, stride, lang: [label, kind, loaded, text, dataset, window, stride])
     extra = ("run:lora-a", "one device", 0)
     rows = evaluation_rows("ppl", lambda ref, ex: loads.append((ref, ex)) or f"loaded {ref}", ["a", "b"], extra, "t", "builtin:corpus", 0, 0)
     assert loads == [("a", extra), ("b", (NO_ADAPTER, "one device", 0))]
