@@ -295,7 +295,8 @@ def finetune_settings(jobs: JobManager) -> SimpleNamespace:
     comps = make_inputs(TrainConfig, only=top[:3], values=values, suggest={"base_model": models, "teacher_model": models})
     with gr.Row(equal_height=True):
         comps.update(make_inputs(TrainConfig, only=["dataset"], values=values, suggest={"dataset": datasets}))
-        upload = gr.File(label=T("finetune.form.upload"), file_types=finetune_form.DATA_FILE_TYPES, height=120, elem_id="finetune-upload")
+        comps["dataset"].scale = 3  # the names need the room; the upload box beside it stays small
+        upload = gr.File(label=T("finetune.form.upload"), file_types=finetune_form.DATA_FILE_TYPES, height=120, scale=2, elem_id="finetune-upload")
     with gr.Row():
         comps.update(make_inputs(TrainConfig, only=top[4:], values=values))
     prediction = gr.Markdown(elem_id="finetune-prediction")
@@ -343,17 +344,32 @@ def finetune_details() -> SimpleNamespace:
                            inspect_btn=inspect_btn, inspect_out=inspect_out, show_cmd=show_cmd, command=command)
 
 
+# The log boxes follow their newest line: gradio's own autoscroll only follows a box already scrolled to its end, and a
+# box filled while its tab was hidden stays at the top. Run after each refresh; a person who scrolls up stops the
+# following until they scroll back to the end.
+FOLLOW_LOG_JS = """() => {
+  for (const id of ["finetune-log", "finetune-raw-log"]) {
+    const t = document.querySelector("#" + id + " textarea");
+    if (!t || t.offsetParent === null) continue;
+    if (!t.dataset.follow) {
+      t.dataset.follow = "1";
+      t.addEventListener("scroll", () => { t.dataset.follow = t.scrollHeight - t.scrollTop - t.clientHeight < 24 ? "1" : "0"; });
+    }
+    if (t.dataset.follow === "1") requestAnimationFrame(() => { t.scrollTop = t.scrollHeight; });
+  }
+}"""
+
+
 def watched_run() -> SimpleNamespace:
     """The watched run: status, progress bar, loss plot (log scale, smoothing), date-task accuracy, the log for people
     and train.log itself (refreshed by the timer)."""
     status = gr.Markdown(T("finetune.no_run"), elem_id="finetune-status")
     progress = gr.HTML(elem_id="finetune-progress")
-    plot = gr.LinePlot(x="step", y="y", color="kind", tooltip=["step", "loss", "kind"], color_map=run_charts.series_colors(), height=280,
-                       label=T("finetune.plot.title"), show_label=True, elem_id="finetune-loss-plot")
-    with gr.Row(equal_height=True):
-        log_scale = gr.Checkbox(value=False, label=T("finetune.plot.log"), scale=1, elem_id="finetune-log-scale")
-        smoothing = gr.Slider(0, 0.99, value=0.6, step=0.01, label=T("finetune.plot.smoothing"), info=T("finetune.plot.smoothing_info"), scale=3,
-                              elem_id="finetune-smoothing")
+    plot = gr.LinePlot(x="step", y="y", color="kind", tooltip=["step", "loss", "kind"], color_map=run_charts.series_colors(), height=340,
+                       label=T("finetune.plot.title"), show_label=False, elem_id="finetune-loss-plot")  # a shown label pushes the legend out
+    log_scale = gr.Checkbox(value=False, label=T("finetune.plot.log"), elem_id="finetune-log-scale")
+    smoothing = gr.Slider(0, 0.99, value=0.6, step=0.01, label=T("finetune.plot.smoothing"), info=T("finetune.plot.smoothing_info"),
+                          elem_id="finetune-smoothing")
     task = gr.HTML(elem_id="finetune-task")
     log = gr.Textbox(label=T("finetune.log.label"), lines=8, max_lines=8, autoscroll=True, interactive=False, elem_id="finetune-log")
     with gr.Accordion(T("finetune.log.raw"), open=False):
@@ -363,10 +379,11 @@ def watched_run() -> SimpleNamespace:
 
 def run_actions(jobs: JobManager) -> SimpleNamespace:
     """The run picker, "Try it in the Playground" (a finished run with a model), resume, retry after OOM and delete."""
-    with gr.Row(equal_height=True):
+    with gr.Row():
         run_pick = gr.Dropdown(choices=run_view.run_choices(jobs), label=T("finetune.actions.run"), info=T("finetune.actions.run_info"), scale=3,
                                elem_id="finetune-run-pick")
-        try_btn = gr.Button(T("finetune.actions.try"), variant="primary", visible=False, scale=2, elem_id="finetune-try")
+        with gr.Column(scale=2, min_width=160):
+            try_btn = gr.Button(T("finetune.actions.try"), variant="primary", visible=False, elem_id="finetune-try")
     with gr.Row():
         resume = gr.Button(T("finetune.actions.resume"), size="sm")
         retry = gr.Button(T("finetune.actions.retry"), size="sm")
@@ -474,7 +491,8 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
         w = run_view.watched_outputs(jobs, name, lang, log_scale=bool(log_scale), smoothing=float(smoothing or 0))
         if w is None:
             return (gr.skip(),) * 7 + (gr.update(visible=run_view.can_try_run(jobs, pick)),)
-        plot = gr.update(value=w.plot, x_title=tr("finetune.plot.x"), y_title=run_charts.y_title(bool(log_scale), lang))
+        plot = gr.update(value=w.plot, title=tr("finetune.plot.title"), x_title=tr("finetune.plot.x"), y_title=run_charts.y_title(bool(log_scale), lang),
+                         color_title=tr("finetune.plot.series"))
         can = w.can_try if pick == name else run_view.can_try_run(jobs, pick)
         return w.status, w.progress, plot, w.task, w.log, w.raw_log, w.history, gr.update(visible=can)
 
@@ -556,6 +574,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
         with gr.Column(scale=3):
             exp = run_exports()
             push_panel(jobs, act.run_pick, owner)
+            # five short columns on one line each (no word broken mid-word; a phone scrolls the table sideways); the rest of a
+            # run's facts show on select
             history = gr.Dataframe(headers=[T(f"finetune.history.col.{c}") for c in run_history.HISTORY_COLUMNS], interactive=False,
                                    label=T("finetune.history.label"), elem_id="finetune-history")
             details = gr.Markdown(elem_id="finetune-run-details")
@@ -587,7 +607,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     more.show_cmd.click(fh.on_show_cmd, inputs, [more.command], api_name="show_command")
     more.preset_btn.click(fh.on_preset, [more.preset, *inputs], [more.preset_note, *form.values()], api_name="apply_preset").then(
         fh.on_predict, inputs, [f.prediction], **QUIET)
-    timer.tick(rh.on_poll, poll_inputs, poll_outputs, **QUIET)
+    timer.tick(rh.on_poll, poll_inputs, poll_outputs, **QUIET).then(None, None, None, js=FOLLOW_LOG_JS, queue=False, api_visibility="private")
     view.log_scale.input(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     view.smoothing.release(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     form["method"].change(lambda m: [gr.update(visible=m == "distill")] * len(distill_only), [form["method"]], distill_only, **QUIET, api_visibility="private")

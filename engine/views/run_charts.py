@@ -122,13 +122,16 @@ def task_html(events: Iterable[dict[str, Any]], lang: str = "en") -> str:
     bars = "".join(_bar(when_text(w, lang), scores[w].get("accuracy") or 0.0, BAR_COLORS[w], lang)
                    for w in ("before", "teacher", "after") if w in scores)
     latest = scores.get("after") or scores.get("before") or next(iter(scores.values()))
+    cell = "padding:4px 6px;vertical-align:top"
     rows = "".join(
-        f"<tr><td>{'✅' if ok else '❌'}</td><td>{html.escape(prompt)}</td><td><code>{html.escape(expected)}</code></td>"
-        f"<td><code>{html.escape(got.strip()[:80]) or '∅'}</code></td></tr>" for ok, prompt, expected, got in task_examples(latest))
+        f"<tr><td style='{cell}'>{'✅' if ok else '❌'} {html.escape(prompt)}</td>"
+        f"<td style='{cell};white-space:nowrap'><code>{html.escape(expected)}</code></td>"
+        f"<td style='{cell};white-space:nowrap'><code>{html.escape(got.strip()[:40]) or '∅'}</code></td></tr>"
+        for ok, prompt, expected, got in task_examples(latest))
     table = ""
     if rows:
-        cols = "".join(f"<th style='text-align:left'>{html.escape(t(f'finetune.task.col.{c}', lang))}</th>" for c in ("ok", "prompt", "expected", "got"))
+        cols = "".join(f"<th style='{cell};text-align:left'>{html.escape(t(f'finetune.task.col.{c}', lang))}</th>" for c in ("prompt", "expected", "got"))
         caption = html.escape(t("finetune.task.examples", lang, when=when_text(str(latest.get("when", "")), lang)))
-        table = (f"<details open><summary>{caption}</summary><div style='overflow-x:auto'><table style='font-size:0.9em;width:100%'>"
+        table = (f"<details open><summary>{caption}</summary><div style='overflow-x:auto'><table style='font-size:0.85em;width:100%'>"
                  f"<thead><tr>{cols}</tr></thead><tbody>{rows}</tbody></table></div></details>")
     return f"<div class='task-accuracy'>{head}{bars}{table}</div>"

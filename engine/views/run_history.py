@@ -92,12 +92,11 @@ def run_details_md(s: RunSummary, lang: str = "en") -> str:
                                                                   for k, v in s.task_scores.items())))
     if s.duration_s is not None:
         rows.append((t("finetune.details.took", lang), fmt_duration(s.duration_s)))
-    if mem := memory_text(s, lang):
-        rows.append((t("finetune.details.memory", lang), mem))
     if s.resumable:
         rows.append((t("finetune.details.resumable", lang), t("finetune.details.yes", lang)))
     head = f"**{s.name}** · {STATE_ICONS.get(s.state, '')} {state_text(s.state, lang)}"
-    return head + "\n\n" + "\n".join(f"- {k}: {v}" for k, v in rows)
+    mem = memory_text(s, lang)  # a sentence of its own ("Memory: predicted ... measured ...")
+    return head + "\n\n" + "\n".join(f"- {k}: {v}" for k, v in rows) + (f"\n- {mem}" if mem else "")
 
 
 def selected_details(jobs: JobManager, name: str | None, lang: str = "en") -> str:
