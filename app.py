@@ -292,17 +292,18 @@ def finetune_settings(jobs: JobManager) -> SimpleNamespace:
     models = choices.train_model_choices(jobs)
     datasets = [(T(key), ref) for key, ref in choices.dataset_choices()]  # human names; a typed hub:owner/name is accepted too
     values, top = finetune_form.FT_DEFAULTS, finetune_form.FT_TOP
-    comps = make_inputs(TrainConfig, only=top[:3], values=values, suggest={"base_model": models, "teacher_model": models})
-    with gr.Row(equal_height=True):
+    with gr.Row():  # side by side on a wide screen, so that Start stays in the first screen; stacked on a phone
+        comps = make_inputs(TrainConfig, only=top[:3], values=values, suggest={"base_model": models, "teacher_model": models})
+    with gr.Row():
         comps.update(make_inputs(TrainConfig, only=["dataset"], values=values, suggest={"dataset": datasets}))
         comps["dataset"].scale = 3  # the names need the room; the upload box beside it stays small
-        upload = gr.File(label=T("finetune.form.upload"), file_types=finetune_form.DATA_FILE_TYPES, height=120, scale=2, elem_id="finetune-upload")
+        upload = gr.File(label=T("finetune.form.upload"), file_types=finetune_form.DATA_FILE_TYPES, height=150, scale=2, elem_id="finetune-upload")
     with gr.Row():
         comps.update(make_inputs(TrainConfig, only=top[4:], values=values))
-    prediction = gr.Markdown(elem_id="finetune-prediction")
     with gr.Row():
         start = gr.Button(T("finetune.start"), variant="primary", elem_id="finetune-start")
         stop = gr.Button(T("finetune.stop"), variant="stop", elem_id="finetune-stop")
+    prediction = gr.Markdown(elem_id="finetune-prediction")  # what the run will need, right under the button that starts it
     gr.Markdown(T("finetune.one_run_shared") if jobs.owner_only else T("finetune.one_run_local"), elem_classes=["finetune-note"])
     return SimpleNamespace(comps=comps, upload=upload, prediction=prediction, start=start, stop=stop)
 
@@ -490,11 +491,14 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
         lang = lang_of(request)
         w = run_view.watched_outputs(jobs, name, lang, log_scale=bool(log_scale), smoothing=float(smoothing or 0))
         if w is None:
-            return (gr.skip(),) * 7 + (gr.update(visible=run_view.can_try_run(jobs, pick)),)
+            return (gr.skip(),) * 8 + (gr.update(visible=run_view.can_try_run(jobs, pick)),)
         plot = gr.update(value=w.plot, title=tr("finetune.plot.title"), x_title=tr("finetune.plot.x"), y_title=run_charts.y_title(bool(log_scale), lang),
                          color_title=tr("finetune.plot.series"))
-        can = w.can_try if pick == name else run_view.can_try_run(jobs, pick)
-        return w.status, w.progress, plot, w.task, w.log, w.raw_log, w.history, gr.update(visible=can)
+        if pick == name:
+            can, details = w.can_try, w.details
+        else:  # the picked run is not the watched one (a resumed interrupted run is watched): its own facts
+            can, details = run_view.can_try_run(jobs, pick), run_history.selected_details(jobs, pick, lang)
+        return w.status, w.progress, plot, w.task, w.log, w.raw_log, w.history, details, gr.update(visible=can)
 
     def on_pick(name, request: gr.Request):  # the picked run: its details, its GGUF note and whether it can be tried
         lang = lang_of(request)
@@ -588,7 +592,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
         comp.visible = finetune_form.FT_DEFAULTS.get("method") == "distill"
     timer = gr.Timer(1.0)
     fh, rh = form_handlers(jobs, upload_dir, allow_local_models, list(form)), run_handlers(jobs)
-    poll_inputs, poll_outputs = [watched, run_pick, view.log_scale, view.smoothing], [*view.outputs, history, act.try_btn]
+    poll_inputs, poll_outputs = [watched, run_pick, view.log_scale, view.smoothing], [*view.outputs, history, details, act.try_btn]
 
     f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", **JOBS)
     f.stop.click(rh.on_stop, [watched, owner], None, api_name="stop_training")

@@ -15,7 +15,7 @@ from ..errors import EngineError
 from ..i18n import fmt_number, t
 from ..runs import log_tail, read_events
 from .run_charts import loss_plot_frame, task_html
-from .run_history import STATE_ICONS, history_table, memory_text, state_text
+from .run_history import STATE_ICONS, history_table, memory_text, run_details_md, state_text
 from .run_log import fmt_duration, fmt_loss, log_text, phase_text, when_text
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ class WatchedRun:
     log: str  # one line per event, for people
     raw_log: str  # the last lines of train.log (server folders hidden)
     history: pd.DataFrame  # the history table, headers in the visitor's language
+    details: str  # markdown: the run's facts that the history's short row leaves out
     can_try: bool  # finished with a model to load: "Try it in the Playground" is offered
 
 
@@ -115,7 +116,8 @@ def watched_outputs(jobs: JobManager, name: str | None, lang: str = "en", *, log
     return WatchedRun(status=status_md(s, lang) + (f"\n\n{merge}" if merge else ""), progress=progress_html(s, s.last_progress, lang),
                       plot=loss_plot_frame(loss_frame(s.losses), log_scale=log_scale, smoothing=smoothing, lang=lang),
                       task=task_html(events, lang), log=log_text(events, lang, scrub=lambda text: scrub_paths(text, runs_dir)),
-                      raw_log=scrub_paths(log_tail(s.path, 40), runs_dir), history=history_table(jobs, lang), can_try=can_try(s))
+                      raw_log=scrub_paths(log_tail(s.path, 40), runs_dir), history=history_table(jobs, lang), details=run_details_md(s, lang),
+                      can_try=can_try(s))
 
 
 def merge_status_md(jobs: JobManager, name: str | None, lang: str = "en") -> str:

@@ -22,7 +22,7 @@ def page(runs_dir):
 
     demo = app.build_app(runs_dir)
     demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **app.launch_options())
     with playwright_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})

@@ -105,3 +105,12 @@ def test_watched_outputs_none_without_a_readable_run(tmp_path):
     assert w.log.splitlines() == ["passo 10/100 · loss 2,000 · lr 0,0008", "🎯 tarefa das datas (antes): 0% de acertos (0/100)"]
     assert "antes" in w.task and w.raw_log == "" and not w.can_try
     assert list(w.history.columns) == list(history_table(jobs, "pt-BR").columns)
+
+
+def test_watched_outputs_carry_the_details_of_the_run(tmp_path):
+    from engine.views.run_history import run_details_md
+
+    run = _run(name="r", path=tmp_path, state="finished", step=5, max_steps=5, output="model")
+    jobs = _jobs(run)
+    jobs.status = lambda name: run
+    assert watched_outputs(jobs, "r", "pt-BR").details == run_details_md(run, "pt-BR")
