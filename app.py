@@ -35,7 +35,7 @@ from engine.estimator.handoff import check_ui_estimator_model
 from engine.fields import field_specs, from_flat
 from engine.refs import default_runs_dir
 from engine.training.jobs import JobManager
-from engine.views import choices, estimate_view, finetune_form, playground, playground_load, run_control, run_view
+from engine.views import choices, estimate_view, finetune_form, playground, playground_load, run_charts, run_control, run_history, run_view
 from engine.views.signals import StopSignals
 from engine.views.uploads import keep_upload, session_dir, sweep_uploads
 
@@ -130,10 +130,10 @@ div:has(#pg-panel-button[aria-selected="true"]) #guide-try {
 @media (max-width: 640px) {
   .form-results > .column:last-child { order: -1; }
   /* the fine-tune panel's results come first, so its Start/Stop stay on screen in a bar at the bottom */
-  #ft-panel .row:has(> #start-btn) { position: fixed; left: 0; right: 0; bottom: 0; z-index: 1000; margin: 0; padding: 8px 12px;
+  #ft-panel .row:has(> #finetune-start) { position: fixed; left: 0; right: 0; bottom: 0; z-index: 1000; margin: 0; padding: 8px 12px;
     flex-wrap: nowrap; align-items: stretch; background: var(--background-fill-primary); border-top: 1px solid var(--border-color-primary);
     box-shadow: 0 -2px 8px rgba(0, 0, 0, 0.08); }
-  #ft-panel .row:has(> #start-btn) > button { min-width: 0 !important; }
+  #ft-panel .row:has(> #finetune-start) > button { min-width: 0 !important; }
   #ft-panel { padding-bottom: 72px; }
   .table-wrap { --df-max-col-width: 46vw !important; }
   #page-title h1 { font-size: 1.5rem; }
@@ -377,96 +377,148 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
 # ---- Panel 2: fine-tune --------------------------------------------------------------------------
 
 def finetune_settings(jobs: JobManager) -> SimpleNamespace:
-    """The run's settings (model, method, data, training, LoRA, run), the data check, the live prediction and Start/Stop."""
+    """The top of the panel, what a person chooses first: model, method, data (a built-in set or an upload), how long;
+    then the live memory prediction and Start/Stop, always in view (the details are in finetune_details' accordions)."""
     models = choices.train_model_choices(jobs)
-    main = make_inputs(TrainConfig, only=finetune_form.FT_MAIN, values=finetune_form.FT_DEFAULTS, suggest={"base_model": models, "teacher_model": models})
-    with gr.Row(equal_height=True):  # hardware presets: engine/estimator/recipes.py adapts the tier's recipe to the model
-        preset = gr.Dropdown(choices=recipes.tier_choices(), value=recipes.AUTO, label="Hardware preset", scale=3,
-                             info="Fills method, precision, batch, sequence length and optimizer for this card and the model above.")
-        preset_btn = gr.Button("Apply preset", scale=1)
-    preset_note = gr.Markdown(elem_id="finetune-preset-note")
-    upload = gr.File(label="…or upload a dataset (.jsonl .json .csv .txt .parquet)", file_types=finetune_form.DATA_FILE_TYPES)
-    with gr.Accordion("Data: Hub dataset, column mapping, long rows, eval set", open=False):
-        data = make_inputs(TrainConfig, only=finetune_form.FT_DATA, values=finetune_form.FT_DEFAULTS)
-        eval_upload = gr.File(label="…or upload an eval file (replaces the eval fraction)", file_types=finetune_form.DATA_FILE_TYPES)
-    with gr.Accordion("Data preview & validation", open=False):
-        inspect_btn = gr.Button("Check the data", size="sm")
-        inspect_out = [gr.Markdown(),
-                       gr.Dataframe(headers=["row", "as the model sees it (⟦trained⟧)", "tokens", "trained tokens"], interactive=False,
-                                    wrap=True, label="First rows"),
-                       gr.BarPlot(x="tokens", y="rows", title="Token lengths", height=200, show_label=False, sort=None),
-                       gr.Dataframe(headers=["row", "why it was dropped"], interactive=False, label="Dropped rows")]
-    with gr.Accordion("Training", open=False):
-        train = make_inputs(TrainConfig, only=finetune_form.FT_TRAIN, values=finetune_form.FT_DEFAULTS)
-    with gr.Accordion("LoRA / quantization", open=False):
-        lora = make_inputs(TrainConfig, only=finetune_form.FT_LORA, values=finetune_form.FT_DEFAULTS)
-    with gr.Accordion("Run", open=False):
-        runf = make_inputs(TrainConfig, only=finetune_form.FT_RUN, values=finetune_form.FT_DEFAULTS)
-        runf["trust_remote_code"].visible = not sharing.is_shared()  # refused on a shared app (engine/sharing.py)
-    prediction = gr.Markdown(elem_id="finetune-prediction")
+    datasets = [(T(key), ref) for key, ref in choices.dataset_choices()]  # human names; a typed hub:owner/name is accepted too
+    values, top = finetune_form.FT_DEFAULTS, finetune_form.FT_TOP
+    with gr.Row():  # side by side on a wide screen, so that Start stays in the first screen; stacked on a phone
+        comps = make_inputs(TrainConfig, only=top[:3], values=values, suggest={"base_model": models, "teacher_model": models})
     with gr.Row():
-        start, stop = gr.Button("Start training", variant="primary", elem_id="start-btn"), gr.Button("Stop (saves a checkpoint)", variant="stop", elem_id="stop-btn")
-    gr.Markdown("One run at a time: a second start while a run is going is refused (stop it or wait for it). "
-                + ("On this shared app, only the browser that started a run can stop, resume or delete it; everyone can "
-                   "watch it and use it once it has finished." if jobs.owner_only else
-                   "Anyone who can open this app can stop, resume or delete a run (single-user mode)."))
-    show_cmd = gr.Button("Show command")
-    command = gr.Code(label="Reproduce headless", language="yaml", visible=False)
-    form = {**main, **train, **lora, **runf, **data}
-    return SimpleNamespace(form=form, preset=preset, preset_btn=preset_btn, preset_note=preset_note, upload=upload, eval_upload=eval_upload,
-                           inspect_btn=inspect_btn, inspect_out=inspect_out, prediction=prediction, start=start, stop=stop, show_cmd=show_cmd,
-                           command=command, inputs=[upload, *form.values(), eval_upload])
+        comps.update(make_inputs(TrainConfig, only=["dataset"], values=values, suggest={"dataset": datasets}))
+        comps["dataset"].scale = 3  # the names need the room; the upload box beside it stays small
+        upload = gr.File(label=T("finetune.form.upload"), file_types=finetune_form.DATA_FILE_TYPES, height=150, scale=2, elem_id="finetune-upload")
+    with gr.Row():
+        comps.update(make_inputs(TrainConfig, only=top[4:], values=values))
+    with gr.Row():
+        start = gr.Button(T("finetune.start"), variant="primary", elem_id="finetune-start")
+        stop = gr.Button(T("finetune.stop"), variant="stop", elem_id="finetune-stop")
+    prediction = gr.Markdown(elem_id="finetune-prediction")  # what the run will need, right under the button that starts it
+    gr.Markdown(T("finetune.one_run_shared") if jobs.owner_only else T("finetune.one_run_local"), elem_classes=["finetune-note"])
+    return SimpleNamespace(comps=comps, upload=upload, prediction=prediction, start=start, stop=stop)
+
+
+def finetune_details() -> SimpleNamespace:
+    """The details on demand, in closed accordions: the hardware preset, data options and the data check, the usual
+    training settings, optimizer details, LoRA internals, run and logging details, and the command that reproduces it."""
+    values = finetune_form.FT_DEFAULTS
+    with gr.Accordion(T("finetune.acc.preset"), open=False):
+        with gr.Row(equal_height=True):  # hardware presets: engine/estimator/recipes.py adapts the tier's recipe to the model
+            preset = gr.Dropdown(choices=recipes.tier_choices(), value=recipes.AUTO, label=T("finetune.preset.label"), scale=3,
+                                 info=T("finetune.preset.info"))
+            preset_btn = gr.Button(T("finetune.preset.apply"), scale=1)
+        preset_note = gr.Markdown(elem_id="finetune-preset-note")
+    with gr.Accordion(T("finetune.acc.data"), open=False):
+        comps = make_inputs(TrainConfig, only=finetune_form.FT_DATA, values=values)
+        eval_upload = gr.File(label=T("finetune.form.eval_upload"), file_types=finetune_form.DATA_FILE_TYPES)
+    with gr.Accordion(T("finetune.acc.check"), open=False):
+        inspect_btn = gr.Button(T("finetune.check.button"), size="sm")
+        inspect_out = [gr.Markdown(),
+                       gr.Dataframe(headers=[T(f"finetune.check.col.{c}") for c in finetune_form.CHECK_COLUMNS], interactive=False, wrap=True,
+                                    label=T("finetune.check.first_rows")),
+                       gr.BarPlot(x="tokens", y="rows", label=T("finetune.check.lengths_title"), height=200, sort=None),
+                       gr.Dataframe(headers=[T(f"finetune.check.col.{c}") for c in finetune_form.DROPPED_COLUMNS], interactive=False,
+                                    label=T("finetune.check.dropped_rows"))]
+    with gr.Accordion(T("finetune.acc.training"), open=False):
+        comps.update(make_inputs(TrainConfig, only=finetune_form.FT_TRAINING, values=values))
+    with gr.Accordion(T("finetune.acc.optimizer"), open=False):
+        comps.update(make_inputs(TrainConfig, only=finetune_form.FT_OPTIMIZER, values=values))
+    with gr.Accordion(T("finetune.acc.lora"), open=False):
+        comps.update(make_inputs(TrainConfig, only=finetune_form.FT_LORA, values=values))
+    with gr.Accordion(T("finetune.acc.run"), open=False):
+        comps.update(make_inputs(TrainConfig, only=finetune_form.FT_RUN, values=values))
+        comps["trust_remote_code"].visible = not sharing.is_shared()  # refused on a shared app (engine/sharing.py)
+    with gr.Accordion(T("finetune.acc.command"), open=False):
+        show_cmd = gr.Button(T("finetune.command.button"), size="sm")
+        command = gr.Code(label=T("finetune.command.label"), language="yaml", visible=False)
+    return SimpleNamespace(comps=comps, preset=preset, preset_btn=preset_btn, preset_note=preset_note, eval_upload=eval_upload,
+                           inspect_btn=inspect_btn, inspect_out=inspect_out, show_cmd=show_cmd, command=command)
+
+
+# The log boxes follow their newest line: gradio's own autoscroll only follows a box already scrolled to its end, and a
+# box filled while its tab was hidden stays at the top. Run after each refresh; a person who scrolls up stops the
+# following until they scroll back to the end.
+FOLLOW_LOG_JS = """() => {
+  for (const id of ["finetune-log", "finetune-raw-log"]) {
+    const t = document.querySelector("#" + id + " textarea");
+    if (!t || t.offsetParent === null) continue;
+    if (!t.dataset.follow) {
+      t.dataset.follow = "1";
+      t.addEventListener("scroll", () => { t.dataset.follow = t.scrollHeight - t.scrollTop - t.clientHeight < 24 ? "1" : "0"; });
+    }
+    if (t.dataset.follow === "1") requestAnimationFrame(() => { t.scrollTop = t.scrollHeight; });
+  }
+}"""
 
 
 def watched_run() -> SimpleNamespace:
-    """The watched run: status, progress bar, loss plot and log tail (refreshed by the timer)."""
-    status = gr.Markdown("No run yet. The defaults fine-tune the built-in compact model to convert dates to ISO format "
-                         "(accuracy is scored before and after). The first run also pretrains the built-in model (~2 min, once).")
-    progress = gr.HTML()
-    plot = gr.LinePlot(x="step", y="loss", color="kind", title="Loss", height=280, show_label=False)
-    log = gr.Textbox(label="Log (tail)", lines=8, max_lines=8, autoscroll=True)
-    return SimpleNamespace(status=status, outputs=[status, progress, plot, log])
+    """The watched run: status, progress bar, loss plot (log scale, smoothing), date-task accuracy, the log for people
+    and train.log itself (refreshed by the timer)."""
+    status = gr.Markdown(T("finetune.no_run"), elem_id="finetune-status")
+    progress = gr.HTML(elem_id="finetune-progress")
+    plot = gr.LinePlot(x="step", y="y", color="kind", tooltip=["step", "loss", "kind"], color_map=run_charts.series_colors(), height=340,
+                       label=T("finetune.plot.title"), show_label=False, elem_id="finetune-loss-plot")  # a shown label pushes the legend out
+    log_scale = gr.Checkbox(value=False, label=T("finetune.plot.log"), elem_id="finetune-log-scale")
+    smoothing = gr.Slider(0, 0.99, value=0.6, step=0.01, label=T("finetune.plot.smoothing"), info=T("finetune.plot.smoothing_info"),
+                          elem_id="finetune-smoothing")
+    task = gr.HTML(elem_id="finetune-task")
+    log = gr.Textbox(label=T("finetune.log.label"), lines=8, max_lines=8, autoscroll=True, interactive=False, elem_id="finetune-log")
+    with gr.Accordion(T("finetune.log.raw"), open=False):
+        raw_log = gr.Textbox(show_label=False, lines=8, max_lines=8, autoscroll=True, interactive=False, elem_id="finetune-raw-log")
+    return SimpleNamespace(status=status, log_scale=log_scale, smoothing=smoothing, outputs=[status, progress, plot, task, log, raw_log])
 
 
 def run_actions(jobs: JobManager) -> SimpleNamespace:
-    """The run picker and what can be done with a run: resume, retry after OOM, delete, download, merge."""
+    """The run picker, "Try it in the Playground" (a finished run with a model), resume, retry after OOM and delete."""
     with gr.Row():
-        run_pick = gr.Dropdown(choices=run_view.run_choices(jobs), label="Run", info="Watch, resume or delete a run.", scale=3)
-        resume = gr.Button("Resume", scale=1)
-        retry = gr.Button("Retry after OOM (½ micro batch, 2× accumulation)", scale=2)
-        delete = gr.Button("Delete", scale=1)
+        run_pick = gr.Dropdown(choices=run_view.run_choices(jobs), label=T("finetune.actions.run"), info=T("finetune.actions.run_info"), scale=3,
+                               elem_id="finetune-run-pick")
+        with gr.Column(scale=2, min_width=160):
+            try_btn = gr.Button(T("finetune.actions.try"), variant="primary", visible=False, elem_id="finetune-try")
     with gr.Row():
-        zip_btn, merge_btn = gr.Button("Download run (zip)", size="sm"), gr.Button("Merge adapter into a 16-bit model", size="sm")
-    with gr.Row(equal_height=True):  # GGUF for llama.cpp / Ollama / LM Studio (engine/export/gguf.py): nothing to compile
-        gguf_spec = field_specs(GgufSettings)[0]
-        gguf_type = gr.Dropdown(choices=list(gguf_spec.choices), value=gguf_spec.default, label=gguf_spec.label, info=gguf_spec.help, scale=3)
-        gguf_btn = gr.Button("Export GGUF (+ Ollama Modelfile)", size="sm", scale=1)
-    gguf_note = gr.Markdown(elem_id="finetune-gguf-note")
-    download = gr.File(label="Download", visible=False)
-    return SimpleNamespace(run_pick=run_pick, resume=resume, retry=retry, delete=delete, zip_btn=zip_btn, merge_btn=merge_btn, download=download,
-                           gguf_type=gguf_type, gguf_btn=gguf_btn, gguf_note=gguf_note)
+        resume = gr.Button(T("finetune.actions.resume"), size="sm")
+        retry = gr.Button(T("finetune.actions.retry"), size="sm")
+        delete = gr.Button(T("finetune.actions.delete"), size="sm", variant="stop")
+    return SimpleNamespace(run_pick=run_pick, try_btn=try_btn, resume=resume, retry=retry, delete=delete)
+
+
+def run_exports() -> SimpleNamespace:
+    """Download the picked run, merge its adapter, export it to GGUF (behind a closed accordion)."""
+    with gr.Accordion(T("finetune.export.title"), open=False):
+        with gr.Row():
+            zip_btn, merge_btn = gr.Button(T("finetune.export.zip"), size="sm"), gr.Button(T("finetune.export.merge"), size="sm")
+        with gr.Row(equal_height=True):  # GGUF for llama.cpp / Ollama / LM Studio (engine/export/gguf.py): nothing to compile
+            gguf_spec = field_specs(GgufSettings)[0]
+            gguf_type = gr.Dropdown(choices=list(gguf_spec.choices), value=gguf_spec.default, label=T("field.GgufSettings.type.label"),
+                                    info=T("field.GgufSettings.type.help"), scale=3)
+            gguf_btn = gr.Button(T("finetune.export.gguf"), size="sm", scale=1)
+        gguf_note = gr.Markdown(elem_id="finetune-gguf-note")
+    download = gr.File(label=T("finetune.export.download"), visible=False)
+    return SimpleNamespace(zip_btn=zip_btn, merge_btn=merge_btn, download=download, gguf_type=gguf_type, gguf_btn=gguf_btn, gguf_note=gguf_note)
 
 
 def push_panel(jobs: JobManager, run_pick: gr.Dropdown, owner: gr.State) -> None:
     """Push the picked run (adapter, merged or full model) to the Hugging Face Hub with a token typed for this push only."""
-    with gr.Accordion("Push to the Hugging Face Hub", open=False):
+    with gr.Accordion(T("finetune.push.title"), open=False):
         with gr.Row():
-            push_repo = gr.Textbox(label="Repo id", placeholder="your-name/model-name", scale=3)
-            push_what = gr.Radio(["adapter", "merged", "model"], value="adapter", label="What", scale=2,
-                                 info="adapter (LoRA/QLoRA), merged (after Merge adapter) or model (full / from scratch)")
-            push_private = gr.Checkbox(value=True, label="Private", info="for a new repo", scale=1)
-        push_gguf = gr.Radio(["none", *field_specs(GgufSettings)[0].choices], value="none", label="Also upload a GGUF (llama.cpp / Ollama)",
-                             info="With merged or model: the GGUF file and its Ollama Modelfile go up beside the model.")
+            push_repo = gr.Textbox(label=T("finetune.push.repo"), placeholder=T("finetune.push.repo_placeholder"), scale=3)
+            whats = ("adapter", "merged", "model")  # values (the API's); their labels come from the language files
+            push_what = gr.Radio([(T(f"finetune.push.what.{w}"), w) for w in whats], value=whats[0],
+                                 label=T("finetune.push.what_label"), scale=2, info=T("finetune.push.what_info"))
+            push_private = gr.Checkbox(value=True, label=T("finetune.push.private"), info=T("finetune.push.private_info"), scale=1)
+        no_gguf = "none"
+        push_gguf = gr.Radio([(T("finetune.push.gguf_none"), no_gguf), *field_specs(GgufSettings)[0].choices], value=no_gguf,
+                             label=T("finetune.push.gguf"), info=T("finetune.push.gguf_info"))
         # The token is never returned to any output (the box is cleared after a push) and never read from the
         # server's HF_TOKEN: on a shared link that would let anyone push with the owner's account.
-        push_token = gr.Textbox(type="password", label="Hugging Face token (write permission)", placeholder="hf_…",
-                                info="Used for this push only: never stored, logged or shown.")
-        push_btn = gr.Button("Push to the Hub", size="sm")
+        push_token = gr.Textbox(type="password", label=T("finetune.push.token"), placeholder=T("finetune.push.token_placeholder"), info=T("finetune.push.token_info"))
+        push_btn = gr.Button(T("finetune.push.button"), size="sm")
         push_result = gr.Markdown()
 
         @ui_errors
         def on_push(name, repo, what, private, token, gguf, owner_v, request: gr.Request):
-            return run_control.push_finished_run(jobs, name, repo, what, private, token, gguf, owner=session_key(owner_v, request)), ""
+            return run_control.push_finished_run(jobs, name, repo, what, private, token, gguf, owner=session_key(owner_v, request),
+                                                 lang=lang_of(request)), ""
 
         def push_default(name):  # a full/scratch run has a model, not an adapter
             return run_control.push_default(jobs, name) or gr.skip()
@@ -486,20 +538,20 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
                                                     runs_dir=jobs.runs_dir, allow_local_models=allow_local_models)
 
     def on_predict(request: gr.Request, upload_path, *vals):
-        return finetune_form.prediction_or_warning(lambda: config_of(request, upload_path, *vals), jobs.runs_dir)
+        return finetune_form.prediction_or_warning(lambda: config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request))
 
     @ui_errors
     def on_start(request: gr.Request, owner_v, upload_path, *vals):
         cfg = config_of(request, upload_path, *vals)
         if finetune_form.memory_prediction(cfg, jobs.runs_dir)[1] == "no":
-            gr.Warning("The estimator predicts this run will not fit in this machine's memory; it may stop with an out-of-memory error.")
+            gr.Warning(tr("finetune.msg.will_not_fit"))
         name = jobs.start(cfg, owner=session_key(owner_v, request))
-        gr.Info(f"Started run '{name}'. You can close this tab: the run goes on and is shown again when you come back.")
+        gr.Info(tr("finetune.msg.started", name=name))
         return name, gr.update(choices=run_view.run_choices(jobs), value=name)
 
     @ui_errors
     def on_inspect(request: gr.Request, upload_path, *vals):
-        return finetune_form.data_check(config_of(request, upload_path, *vals), jobs.runs_dir)
+        return finetune_form.data_check(config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request))
 
     @ui_errors
     def on_preset(tier, upload_path, *vals):
@@ -508,45 +560,64 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
 
     @ui_errors
     def on_show_cmd(request: gr.Request, upload_path, *vals):
-        return gr.update(value=finetune_form.reproduce_command(config_of(request, upload_path, *vals)), visible=True)
+        return gr.update(value=finetune_form.reproduce_command(config_of(request, upload_path, *vals), lang_of(request)), visible=True)
 
     return SimpleNamespace(on_predict=on_predict, on_start=on_start, on_inspect=on_inspect, on_preset=on_preset, on_show_cmd=on_show_cmd)
 
 
 def run_handlers(jobs: JobManager) -> SimpleNamespace:
     """Handlers of the run view (the run watched on load, the timer's refresh), this browser's key and the run actions;
-    controlling a run checks that key (owner_v)."""
+    controlling a run checks that key (owner_v). Texts come in the visitor's language."""
 
-    def on_load():
+    def on_load(request: gr.Request):
         name, runs = run_view.opening_run(jobs)
         models = gr.update(choices=choices.train_model_choices(jobs))  # runs finished since the page was built
-        return name, gr.update(choices=runs, value=name), run_view.history_rows(jobs), models, models
+        return name, gr.update(choices=runs, value=name), run_history.history_table(jobs, lang_of(request)), models, models
 
     def init_owner(key):  # a new browser gets a random key, kept in its local storage
         return (key or secrets.token_urlsafe(18),) * 2
 
-    def on_poll(name):
-        return run_view.watched_outputs(jobs, name) or (gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip())
+    def on_poll(name, pick, log_scale, smoothing, request: gr.Request):
+        lang = lang_of(request)
+        w = run_view.watched_outputs(jobs, name, lang, log_scale=bool(log_scale), smoothing=float(smoothing or 0))
+        if w is None:
+            return (gr.skip(),) * 8 + (gr.update(visible=run_view.can_try_run(jobs, pick)),)
+        plot = gr.update(value=w.plot, title=tr("finetune.plot.title"), x_title=tr("finetune.plot.x"), y_title=run_charts.y_title(bool(log_scale), lang),
+                         color_title=tr("finetune.plot.series"))
+        if pick == name:
+            can, details = w.can_try, w.details
+        else:  # the picked run is not the watched one (a resumed interrupted run is watched): its own facts
+            can, details = run_view.can_try_run(jobs, pick), run_history.selected_details(jobs, pick, lang)
+        return w.status, w.progress, plot, w.task, w.log, w.raw_log, w.history, details, gr.update(visible=can)
+
+    def on_pick(name, request: gr.Request):  # the picked run: its details, its GGUF note and whether it can be tried
+        lang = lang_of(request)
+        return (run_history.selected_details(jobs, name, lang), run_control.gguf_note(jobs, name, lang),
+                gr.update(visible=run_view.can_try_run(jobs, name)))
+
+    def on_history_select(evt: gr.SelectData):  # a row of the history: watch and pick that run
+        name = (evt.row_value or [None])[0] if isinstance(evt.row_value, list) else None
+        return (name, gr.update(value=name)) if name else (gr.skip(), gr.skip())
 
     @ui_errors
     def on_stop(name, owner_v, request: gr.Request):
-        gr.Info(run_control.stop_run(jobs, name, session_key(owner_v, request)))
+        gr.Info(run_control.stop_run(jobs, name, session_key(owner_v, request), lang_of(request)))
 
     @ui_errors
     def on_resume(name, owner_v, request: gr.Request):
-        gr.Info(run_control.resume_run(jobs, name, session_key(owner_v, request)))
+        gr.Info(run_control.resume_run(jobs, name, session_key(owner_v, request), lang_of(request)))
         return name
 
     @ui_errors
     def on_retry(name, owner_v, request: gr.Request):
-        new, message = run_control.retry_run(jobs, name, session_key(owner_v, request))
+        new, message = run_control.retry_run(jobs, name, session_key(owner_v, request), lang_of(request))
         gr.Info(message)
         return new, gr.update(choices=run_view.run_choices(jobs), value=new)
 
     @ui_errors
     def on_delete(name, owner_v, request: gr.Request):
         run_control.delete_run(jobs, name, session_key(owner_v, request))
-        return None, gr.update(choices=run_view.run_choices(jobs), value=None), run_view.history_rows(jobs)
+        return None, gr.update(choices=run_view.run_choices(jobs), value=None), run_history.history_table(jobs, lang_of(request))
 
     @ui_errors
     def on_zip(name, owner_v, request: gr.Request):
@@ -554,19 +625,20 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
 
     @ui_errors
     def on_merge(name, owner_v, request: gr.Request):
-        gr.Info(run_control.merge_finished_run(jobs, name, session_key(owner_v, request)))
+        gr.Info(run_control.merge_finished_run(jobs, name, session_key(owner_v, request), lang_of(request)))
 
-    def on_offer():  # the newest interrupted run (a Colab disconnect), offered at the top of the panel
-        name, text = run_view.resume_offer(jobs)
+    def on_offer(request: gr.Request):  # the newest interrupted run (a Colab disconnect), offered at the top of the panel
+        name, text = run_view.resume_offer(jobs, lang_of(request))
         return gr.update(visible=bool(name)), text, name
 
     @ui_errors
     def on_gguf(name, gguf_type, owner_v, request: gr.Request):
-        path, message = run_control.export_gguf_for_download(jobs, name, gguf_type, owner=session_key(owner_v, request))
+        path, message = run_control.export_gguf_for_download(jobs, name, gguf_type, owner=session_key(owner_v, request), lang=lang_of(request))
         return gr.update(value=str(path), visible=True), message
 
-    return SimpleNamespace(on_load=on_load, init_owner=init_owner, on_poll=on_poll, on_stop=on_stop, on_resume=on_resume, on_retry=on_retry,
-                           on_delete=on_delete, on_zip=on_zip, on_merge=on_merge, on_offer=on_offer, on_gguf=on_gguf)
+    return SimpleNamespace(on_load=on_load, init_owner=init_owner, on_poll=on_poll, on_pick=on_pick, on_history_select=on_history_select,
+                           on_stop=on_stop, on_resume=on_resume, on_retry=on_retry, on_delete=on_delete, on_zip=on_zip, on_merge=on_merge,
+                           on_offer=on_offer, on_gguf=on_gguf)
 
 
 def resume_banner() -> SimpleNamespace:
@@ -574,11 +646,13 @@ def resume_banner() -> SimpleNamespace:
     offered = gr.State(None)  # the interrupted run's name
     with gr.Row(visible=False) as row:
         text = gr.Markdown()
-        btn = gr.Button("Resume", variant="primary", scale=0, min_width=120)
+        btn = gr.Button(T("finetune.actions.resume"), variant="primary", scale=0, min_width=120)
     return SimpleNamespace(row=row, text=text, btn=btn, offered=offered, outputs=[row, text, offered])
 
 
 def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool = False) -> dict[str, Any]:
+    """The Fine-tune panel. Phone-first order: the essentials and Start/Stop, then the watched run's results, then the
+    closed accordions of details, the exports and the run history (a desktop shows each pair side by side)."""
     watched = gr.State(None)  # the run this browser session is watching
     owner = gr.State(None)  # this browser's key (see build_app), as a session State: it never appears in the API
     banner = resume_banner()
@@ -586,40 +660,56 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
         with gr.Column(scale=2):
             f = finetune_settings(jobs)
         with gr.Column(scale=3):
-            view = watched_run()
             act = run_actions(jobs)
+            view = watched_run()
+    with gr.Row():
+        with gr.Column(scale=2):
+            more = finetune_details()
+        with gr.Column(scale=3):
+            exp = run_exports()
             push_panel(jobs, act.run_pick, owner)
-            history = gr.Dataframe(headers=run_view.HISTORY_HEADERS, interactive=False, label="Run history", wrap=True)
-    form, run_pick = f.form, act.run_pick
+            # five short columns on one line each (no word broken mid-word; a phone scrolls the table sideways); the rest of a
+            # run's facts show on select
+            history = gr.Dataframe(headers=[T(f"finetune.history.col.{c}") for c in run_history.HISTORY_COLUMNS], interactive=False,
+                                   label=T("finetune.history.label"), elem_id="finetune-history")
+            details = gr.Markdown(elem_id="finetune-run-details")
+    comps = {**f.comps, **more.comps}
+    form = {n: comps[n] for n in finetune_form.FT_MAIN + finetune_form.FT_TRAIN + finetune_form.FT_LORA + finetune_form.FT_RUN + finetune_form.FT_DATA}
+    inputs = [f.upload, *form.values(), more.eval_upload]  # the API's order (form_handlers): upload, the fields, the eval upload
+    run_pick = act.run_pick
     distill_only = [form[n] for n in finetune_form.DISTILL_ONLY]
     for comp in distill_only:  # shown for method 'distill' only (read when the page is built; toggled below)
         comp.visible = finetune_form.FT_DEFAULTS.get("method") == "distill"
     timer = gr.Timer(1.0)
     fh, rh = form_handlers(jobs, upload_dir, allow_local_models, list(form)), run_handlers(jobs)
+    poll_inputs, poll_outputs = [watched, run_pick, view.log_scale, view.smoothing], [*view.outputs, history, details, act.try_btn]
 
-    f.start.click(fh.on_start, [owner, *f.inputs], [watched, run_pick], api_name="start_training", **JOBS)
+    f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", **JOBS)
     f.stop.click(rh.on_stop, [watched, owner], None, api_name="stop_training")
     act.resume.click(rh.on_resume, [run_pick, owner], [watched], api_name="resume_training", **JOBS)
     banner.btn.click(rh.on_resume, [banner.offered, owner], [watched], api_name="resume_interrupted", **JOBS).then(
         rh.on_offer, None, banner.outputs, **QUIET)
     act.delete.click(rh.on_delete, [run_pick, owner], [watched, run_pick, history], api_name="delete_run")
     act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", **JOBS)
-    f.inspect_btn.click(fh.on_inspect, f.inputs, f.inspect_out, api_name="inspect_data")
+    more.inspect_btn.click(fh.on_inspect, inputs, more.inspect_out, api_name="inspect_data")
     run_pick.input(lambda n: n, [run_pick], [watched], queue=False)
-    act.zip_btn.click(rh.on_zip, [run_pick, owner], [act.download], api_name="download_run")
-    act.merge_btn.click(rh.on_merge, [run_pick, owner], None, api_name="merge_adapter", **GPU)
-    act.gguf_btn.click(rh.on_gguf, [run_pick, act.gguf_type, owner], [act.download, act.gguf_note], api_name="export_gguf", **GPU)
-    run_pick.change(lambda n: run_control.gguf_note(jobs, n), [run_pick], [act.gguf_note], **QUIET, api_visibility="private")
-    f.show_cmd.click(fh.on_show_cmd, f.inputs, [f.command], api_name="show_command")
-    f.preset_btn.click(fh.on_preset, [f.preset, *f.inputs], [f.preset_note, *form.values()], api_name="apply_preset").then(
-        fh.on_predict, f.inputs, [f.prediction], **QUIET)
-    timer.tick(rh.on_poll, [watched], [*view.outputs, history], **QUIET)
+    run_pick.change(rh.on_pick, [run_pick], [details, exp.gguf_note, act.try_btn], **QUIET, api_visibility="private")
+    history.select(rh.on_history_select, None, [watched, run_pick], **QUIET, api_visibility="private")
+    exp.zip_btn.click(rh.on_zip, [run_pick, owner], [exp.download], api_name="download_run")
+    exp.merge_btn.click(rh.on_merge, [run_pick, owner], None, api_name="merge_adapter", **GPU)
+    exp.gguf_btn.click(rh.on_gguf, [run_pick, exp.gguf_type, owner], [exp.download, exp.gguf_note], api_name="export_gguf", **GPU)
+    more.show_cmd.click(fh.on_show_cmd, inputs, [more.command], api_name="show_command")
+    more.preset_btn.click(fh.on_preset, [more.preset, *inputs], [more.preset_note, *form.values()], api_name="apply_preset").then(
+        fh.on_predict, inputs, [f.prediction], **QUIET)
+    timer.tick(rh.on_poll, poll_inputs, poll_outputs, **QUIET).then(None, None, None, js=FOLLOW_LOG_JS, queue=False, api_visibility="private")
+    view.log_scale.input(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
+    view.smoothing.release(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     form["method"].change(lambda m: [gr.update(visible=m == "distill")] * len(distill_only), [form["method"]], distill_only, **QUIET, api_visibility="private")
     for comp in form.values():
-        comp.change(fh.on_predict, f.inputs, [f.prediction], **QUIET)
+        comp.change(fh.on_predict, inputs, [f.prediction], **QUIET)
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": rh.on_load, "init_owner": rh.init_owner,
-            "owner": owner, "predict": fh.on_predict, "form_inputs": f.inputs, "prediction": f.prediction,
-            "offer": rh.on_offer, "offer_outputs": banner.outputs}
+            "owner": owner, "predict": fh.on_predict, "form_inputs": inputs, "prediction": f.prediction,
+            "offer": rh.on_offer, "offer_outputs": banner.outputs, "try_btn": act.try_btn, "try_run": run_pick}
 
 
 # ---- Panel 3: playground -------------------------------------------------------------------------

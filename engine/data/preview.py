@@ -3,7 +3,8 @@ tokens marked), and what tokenization keeps, truncates and drops (with row numbe
 
 Answers "what will my model actually be trained on?" before a run starts, with the same code the run uses
 (engine/data/tokenize.py). The tokenizer comes from the caller: engine/training/data_check.py loads the one the
-run will use and calls `inspect_records`.
+run will use and calls `inspect_records`. The report's texts come in the visitor's language (`lang`, engine/i18n.py); the
+reasons a row was dropped are the data layer's own words.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .files import BadRow
+from ..i18n import fmt_number, t
+from .files import BadRow, display_name
 from .formats import RecordSet, record_texts
 from .tokenize import IGNORE_INDEX, TooLong, check_options, check_tokenizer, encode_record, tokenize_records
 
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from ..config import TrainConfig
+    from .packing import PackReport
+    from .tokenize import DataReport
 
 TRAINED_OPEN, TRAINED_CLOSE = "⟦", "⟧"  # marks trained-on spans in `preview`
 
@@ -89,6 +93,37 @@ def _marked_text(ids: list[int], labels: list[int], tokenizer: PreTrainedTokeniz
     return "".join(parts)
 
 
+def records_text(records: RecordSet, lang: str = "en") -> str:
+    """'194 instruction rows from instructions.jsonl (2 dropped)' in `lang`."""
+    text = t("finetune.check.records", lang, n=fmt_number(len(records.records), lang), format=records.format, source=display_name(records.source))
+    return text + (" " + t("finetune.check.records_dropped", lang, n=fmt_number(len(records.dropped), lang)) if records.dropped else "")
+
+
+def report_text(rep: DataReport, lang: str = "en") -> str:
+    """What tokenization kept, in `lang`: rows kept, tokens (trained on), longest and mean length, truncated and dropped
+    rows (the first three with their reasons)."""
+    parts = [t("finetune.check.kept", lang, kept=fmt_number(rep.rows_kept, lang), total=fmt_number(rep.rows_in, lang)),
+             t("finetune.check.tokens", lang, n=fmt_number(rep.n_tokens, lang), trained=fmt_number(rep.n_trainable_tokens, lang)),
+             t("finetune.check.lengths", lang, longest=fmt_number(rep.max_len, lang), mean=fmt_number(round(rep.mean_len), lang))]
+    if rep.truncated:
+        parts.append(t("finetune.check.truncated", lang, n=fmt_number(rep.truncated, lang)))
+    if rep.dropped:
+        first = "; ".join(f"{rep.unit} {n}: {why}" for n, why in rep.dropped[:3])
+        parts.append(t("finetune.check.dropped", lang, n=fmt_number(len(rep.dropped), lang), first=first + ("; ..." if len(rep.dropped) > 3 else "")))
+    return ", ".join(parts)
+
+
+def pack_text(packed: PackReport, lang: str = "en") -> str:
+    """What packing does, in `lang` (engine/data/packing.py PackReport)."""
+    text = t("finetune.check.packed", lang, samples=fmt_number(packed.samples, lang), rows=fmt_number(packed.rows, lang),
+             max_len=fmt_number(packed.max_len, lang), fill=fmt_number(round(100 * packed.fill), lang))
+    if packed.rows_per_batch:
+        per = max(1, packed.micro_batches)
+        text += "; " + t("finetune.check.packed_batch", lang, rows=fmt_number(packed.rows_per_batch, lang),
+                         samples=fmt_number(round(packed.samples / per, 1), lang, 1), tokens=fmt_number(round(packed.tokens / per), lang))
+    return text
+
+
 def inspect_records(
     cfg: TrainConfig,
     records: RecordSet,
@@ -96,46 +131,48 @@ def inspect_records(
     tokenizer: PreTrainedTokenizerBase,
     which: str,
     n_preview: int = 3,
+    lang: str = "en",
 ) -> DataInspection:
     """Preview + validation report of a run's training `records` (and eval records, or None) for `cfg`'s sequence
-    length and masking, tokenized with `tokenizer` (described by `which` in the summary)."""
+    length and masking, tokenized with `tokenizer` (described by `which` in the summary), in `lang`."""
     notes = "".join(f"\n\n⚠ {n}" for n in records.notes)
-    eval_line = (f"\n\nEval: **{evals.summary()}** (instead of the eval fraction)." if evals is not None
-                 else f"\n\nEval: {cfg.eval_fraction:.0%} of the rows held out." if cfg.eval_fraction > 0 else "")
+    eval_line = ("\n\n" + t("finetune.check.eval_set", lang, records=records_text(evals, lang)) if evals is not None
+                 else "\n\n" + t("finetune.check.eval_fraction", lang, pct=fmt_number(round(100 * cfg.eval_fraction), lang)) if cfg.eval_fraction > 0 else "")
     if records.format == "text" or cfg.method == "scratch":
-        n_tok = sum(len(tokenizer(t)["input_ids"]) + 1 for t in record_texts(records))
-        summary = (f"**{records.summary()}** · plain text, packed into blocks of {cfg.max_seq_len} tokens: "
-                   f"{n_tok:,} tokens → about {max(1, n_tok // cfg.max_seq_len)} blocks. (Preview uses {which}.)")
-        rows = [{"row": r, "text": t[:500], "n_tokens": len(tokenizer(t)["input_ids"]), "n_trainable": None}
-                for r, t in list(zip(records.rows, record_texts(records), strict=True))[:n_preview]]
+        n_tok = sum(len(tokenizer(t_)["input_ids"]) + 1 for t_ in record_texts(records))
+        summary = t("finetune.check.text_summary", lang, records=records_text(records, lang), block=fmt_number(cfg.max_seq_len, lang),
+                    tokens=fmt_number(n_tok, lang), blocks=fmt_number(max(1, n_tok // cfg.max_seq_len), lang), which=which)
+        rows = [{"row": r, "text": t_[:500], "n_tokens": len(tokenizer(t_)["input_ids"]), "n_trainable": None}
+                for r, t_ in list(zip(records.rows, record_texts(records), strict=True))[:n_preview]]
         return DataInspection(summary + eval_line + notes, rows, [], [[n, why] for n, why in records.dropped])
     tok = tokenize_records(records, tokenizer, cfg.max_seq_len, train_on_prompt=cfg.train_on_prompt, too_long=cfg.too_long)
     rep = tok.report
-    summary = (f"**{records.format}** format from {records.summary().split(' from ', 1)[-1]} · {rep.summary()} · long rows: "
-               f"{'truncated' if cfg.too_long == 'truncate' else 'dropped'} at {cfg.max_seq_len} tokens · loss on "
-               f"{'prompt and response' if cfg.train_on_prompt else 'responses only'} · ⟦ ⟧ marks trained-on tokens (preview uses {which}).")
-    summary += " · " + step_summary(cfg, tok.examples)
+    summary = t("finetune.check.summary", lang, format=records.format, source=display_name(records.source), report=report_text(rep, lang),
+                long=t("finetune.check.long_truncated" if cfg.too_long == "truncate" else "finetune.check.long_dropped", lang),
+                max_len=fmt_number(cfg.max_seq_len, lang),
+                loss_on=t("finetune.check.loss_all" if cfg.train_on_prompt else "finetune.check.loss_responses", lang), which=which)
+    summary += " · " + step_summary(cfg, tok.examples, lang)
     hist = [{"tokens": k, "rows": v} for k, v in rep.length_histogram.items()]
     dropped = [[n, why] for n, why in list(records.dropped) + list(rep.dropped)]
     shown = preview(records, tokenizer, cfg.max_seq_len, n_preview, train_on_prompt=cfg.train_on_prompt, too_long=cfg.too_long)
     return DataInspection(summary + eval_line + notes, shown, hist, dropped)
 
 
-def step_summary(cfg: TrainConfig, examples: Sequence[dict[str, list[int]]]) -> str:
+def step_summary(cfg: TrainConfig, examples: Sequence[dict[str, list[int]]], lang: str = "en") -> str:
     """What one optimizer step sees (samples and real tokens) and the steps per epoch, with or without packing
     (engine/data/packing.py `pack_for_steps`), before the eval split: the numbers that set the schedule."""
     import math
 
     n = len(examples)
     if not n:
-        return "no usable samples"
+        return t("finetune.check.no_samples", lang)
     accum, tokens = cfg.grad_accum, sum(len(e["input_ids"]) for e in examples)
     steps = math.ceil(math.ceil(n / cfg.micro_batch_size) / accum)
-    text = (f"per optimizer step: about {min(n, cfg.micro_batch_size * accum):,} samples and "
-            f"{tokens * min(1.0, cfg.micro_batch_size * accum / n):,.0f} tokens, {steps:,} steps per epoch")
+    text = t("finetune.check.per_step", lang, samples=fmt_number(min(n, cfg.micro_batch_size * accum), lang),
+             tokens=fmt_number(round(tokens * min(1.0, cfg.micro_batch_size * accum / n)), lang), steps=fmt_number(steps, lang))
     if cfg.packing:  # what the run will train on: rows holding several samples
         from .packing import pack_for_steps
 
         _, packed = pack_for_steps(examples, cfg.max_seq_len, cfg.micro_batch_size, keep_order=cfg.curriculum != "none")
-        text += f" · packing: {packed.summary()}"
+        text += " · " + t("finetune.check.packing", lang, what=pack_text(packed, lang))
     return text

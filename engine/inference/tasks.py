@@ -69,6 +69,7 @@ class TaskScore:
     n: int
     correct: int
     examples: list[tuple[str, str, str]] = field(default_factory=list)  # (prompt, expected, got)
+    misses: list[tuple[str, str, str]] = field(default_factory=list)  # the first wrong answers, for the UI's right/wrong examples
 
     def summary(self, lang: str = "en") -> str:
         """One line for logs and the UI, in `lang`, e.g. 'accuracy 42.0% (42/100)'."""
@@ -139,14 +140,17 @@ def score_outputs(items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> Ta
     if len(items) != len(outputs):
         raise ValueError(f"got {len(outputs)} outputs for {len(items)} items")
     correct = 0
-    examples = []
+    examples, misses = [], []
     for item, got in zip(items, outputs, strict=True):
         expected = str(item["output"]).strip()
-        correct += normalize_answer(got) == expected
+        right = normalize_answer(got) == expected
+        correct += right
         if len(examples) < N_EXAMPLES:
             examples.append((_prompt_text(item), expected, got))
+        if not right and len(misses) < N_EXAMPLES:
+            misses.append((_prompt_text(item), expected, got))
     n = len(items)
-    return TaskScore(accuracy=correct / n if n else 0.0, n=n, correct=correct, examples=examples)
+    return TaskScore(accuracy=correct / n if n else 0.0, n=n, correct=correct, examples=examples, misses=misses)
 
 
 def evaluate_task(

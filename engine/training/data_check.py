@@ -3,7 +3,7 @@ engine/data/preview.py, with the tokenizer the run will use.
 
 Loading that tokenizer is a training decision (a built-in model's own tokenizer once pretrained, otherwise one
 trained the way the run will train it; a distilled built-in student gets the teacher's), so it lives here and the
-data layer only receives the tokenizer.
+data layer only receives the tokenizer. Its texts come in the visitor's language (`lang`).
 """
 
 from __future__ import annotations
@@ -17,30 +17,32 @@ from ..data.build import eval_records, train_records
 from ..data.formats import load_records, record_texts
 from ..data.preview import DataInspection, inspect_records
 from ..errors import ModelLoadError
+from ..i18n import fmt_number, t
 
 # The check tokenizes every row it looks at: beyond this many it checks the first ones and says so (a 200,000-row file
 # cost about a minute of server CPU per click; the run itself still reads every row).
 CHECK_ROWS = 20_000
 
 
-def inspect_dataset(cfg: TrainConfig, runs_dir: Path, n_preview: int = 3) -> DataInspection:
+def inspect_dataset(cfg: TrainConfig, runs_dir: Path, n_preview: int = 3, lang: str = "en") -> DataInspection:
     """Preview + validation report of `cfg.dataset` for `cfg`'s model, sequence length and masking (the first
-    CHECK_ROWS rows of a larger dataset, with a note)."""
+    CHECK_ROWS rows of a larger dataset, with a note), in `lang`."""
     from ..models.tokenizer import ensure_chat_template
 
     records = train_records(cfg)  # the same rows the run will load (Hub source and column mapping included)
     if len(records) > CHECK_ROWS:
         total = len(records)
         records = dataclasses.replace(records, records=records.records[:CHECK_ROWS], rows=records.rows[:CHECK_ROWS],
-                                      notes=[*records.notes, f"the check looked at the first {CHECK_ROWS:,} of {total:,} rows; the run uses them all"])
+                                      notes=[*records.notes, t("finetune.check.capped", lang, n=fmt_number(CHECK_ROWS, lang), total=fmt_number(total, lang))])
     evals = eval_records(cfg)
     tokenizer, which = _tokenizer_for(cfg, runs_dir, record_texts(records))
     ensure_chat_template(tokenizer)  # the data layer takes a tokenizer ready for chat, as the run's loaders give it
-    return inspect_records(cfg, records, evals, tokenizer, which, n_preview)
+    which_text = t("finetune.check.which_trained", lang) if which is None else t("finetune.check.which_model", lang, model=which)
+    return inspect_records(cfg, records, evals, tokenizer, which_text, n_preview, lang)
 
 
-def _tokenizer_for(cfg: TrainConfig, runs_dir: Path, texts: list[str]) -> tuple[Any, str]:
-    """The tokenizer the run will use, and a note saying which one it is."""
+def _tokenizer_for(cfg: TrainConfig, runs_dir: Path, texts: list[str]) -> tuple[Any, str | None]:
+    """The tokenizer the run will use, and the model it comes from (None: one trained the way the run will train it)."""
     from ..models.compact import load_compact_preset
     from ..models.loading import load_tokenizer
     from ..models.tokenizer import train_tokenizer
@@ -50,11 +52,11 @@ def _tokenizer_for(cfg: TrainConfig, runs_dir: Path, texts: list[str]) -> tuple[
     if cfg.method == "scratch" or cfg.base_model.startswith("builtin:"):
         if cfg.method != "scratch":
             try:
-                return load_tokenizer(cfg.base_model, runs_dir=runs_dir), f"the tokenizer of {cfg.base_model}"
+                return load_tokenizer(cfg.base_model, runs_dir=runs_dir), cfg.base_model
             except ModelLoadError:
                 pass  # not pretrained yet: the run will train its tokenizer on the built-in corpus first
         preset = load_compact_preset(cfg.base_model.split(":", 1)[1])
         if cfg.method != "scratch":
             texts = record_texts(load_records("builtin:corpus"))
-        return train_tokenizer(texts, vocab_size=preset.vocab_size), "a tokenizer trained the way the run will train it"
-    return load_tokenizer(cfg.base_model, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code), f"the tokenizer of {cfg.base_model}"
+        return train_tokenizer(texts, vocab_size=preset.vocab_size), None
+    return load_tokenizer(cfg.base_model, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code), cfg.base_model

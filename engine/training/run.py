@@ -312,7 +312,9 @@ def _task_score(model: Any, tokenizer: Any, events: EventLog, when: str) -> None
     was_training = model.training
     score = evaluate_task(model, tokenizer, date_items("test"))
     model.train(was_training)
-    events.write("task_score", when=when, accuracy=score.accuracy, n=score.n, examples=[list(e) for e in score.examples[:3]])
+    # the first answers and the first misses: the panel shows a few right and a few wrong ones
+    events.write("task_score", when=when, accuracy=score.accuracy, n=score.n, examples=[list(e) for e in score.examples[:3]],
+                 misses=[list(e) for e in score.misses[:3]])
 
 
 def _stop_requested(run: RunContext, mirror: EventLog | None, phase: str) -> None:

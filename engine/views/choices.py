@@ -1,5 +1,5 @@
 """The choice lists of the page's dropdowns: models to fine-tune from, models and adapters for the playground, model
-placements, and the built-in datasets offered for evaluation."""
+placements, and the built-in datasets offered for training and evaluation."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ if TYPE_CHECKING:
 
 NO_ADAPTER = "(none)"
 PLACEMENTS = {"one device": None, "auto (offload to CPU/disk)": "auto"}  # label -> device_map for engine.models.loading.load_model
-# The built-in datasets in the order the Evaluate tab lists them (engine/data/files.py describes their contents).
+# The built-in datasets in the order the Evaluate tab and the Fine-tune form list them, each with the language key of
+# its human name (engine/data/files.py describes their contents).
 BUILTIN_DATASETS = {
-    "builtin:dates": "Date conversion to ISO (scored task: accuracy before/after is reported)",
-    "builtin:instructions": "Instructions PT/EN about LLMs on small hardware",
-    "builtin:corpus": "Text corpus PT/EN (for training from scratch)",
+    "builtin:dates": "finetune.dataset.dates",
+    "builtin:instructions": "finetune.dataset.instructions",
+    "builtin:corpus": "finetune.dataset.corpus",
 }
 
 
@@ -49,3 +50,9 @@ def playground_lists(jobs: JobManager) -> tuple[list[str], list[str], list[str]]
 def adapter_choices(jobs: JobManager) -> list[str]:
     """NO_ADAPTER, then every finished run that saved a LoRA adapter."""
     return [NO_ADAPTER] + [f"run:{s.name}" for s in jobs.finished_runs() if (jobs.runs_dir / s.name / "adapter" / "adapter_config.json").exists()]
+
+
+def dataset_choices() -> list[tuple[str, str]]:
+    """(language key of the human name, reference) for each built-in dataset, for the Fine-tune form's dataset dropdown
+    (which still accepts a typed hub:owner/name)."""
+    return [(key, ref) for ref, key in BUILTIN_DATASETS.items()]

@@ -1,6 +1,6 @@
 """The Fine-tune form without its widgets: which TrainConfig fields it shows where and with which defaults, the
 config its values make, the live memory prediction for it, the command that reproduces it headless, the data check's
-tables and the hardware preset's values."""
+tables and the hardware preset's values. Texts come in the visitor's language (`lang`, engine/i18n.py)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,20 @@ from ..errors import EngineError
 from ..estimator import memory
 from ..estimator.handoff import check_ui_train_config
 from ..fields import from_flat
+from ..i18n import fmt_number, t
 from ..runs import config_yaml
 from .uploads import keep_upload
 
-# The form's sections, in the order of its inputs (main fields, then the Training, LoRA, Run and Data accordions).
+# The form's sections, in the order of its inputs (main fields, then the Training, LoRA, Run and Data accordions): the
+# API's order, kept as it was. The page shows them in FT_TOP's order first (what a person chooses: model, method, data,
+# how long), then the closed accordions: FT_TRAINING (the usual training knobs) and FT_OPTIMIZER (optimizer details).
 FT_MAIN = ["method", "base_model", "teacher_model", "dataset"]
 FT_TRAIN = ["max_steps", "epochs", "learning_rate", "lr_scheduler", "warmup_ratio", "micro_batch_size", "grad_accum", "max_seq_len",
             "precision", "grad_checkpointing", "optimizer", "weight_decay", "max_grad_norm", "seed", "eval_fraction", "train_on_prompt",
             "stop_at_loss", "early_stopping_patience", "packing", "distill_temperature", "distill_alpha"]
+FT_TOP = ["base_model", "method", "teacher_model", "dataset", "max_steps", "epochs"]
+FT_OPTIMIZER = ["optimizer", "lr_scheduler", "warmup_ratio", "weight_decay", "max_grad_norm", "seed"]
+FT_TRAINING = [n for n in FT_TRAIN if n not in FT_TOP and n not in FT_OPTIMIZER]
 FT_LORA = ["lora.r", "lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.use_dora", "quant.mode", "quant.quant_type",
            "quant.double_quant", "quant.compute_dtype"]
 FT_RUN = ["logging_steps", "save_steps", "eval_steps", "save_total_limit", "sample_generations", "run_name", "trust_remote_code"]
@@ -65,61 +71,76 @@ def form_model_type(cfg: TrainConfig, runs_dir: Path | None) -> str | None:
         return None
 
 
-def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None) -> tuple[str, str | None]:
-    """(markdown, verdict) of the estimator for this form on the machine the run will use."""
+def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str = "en") -> tuple[str, str | None]:
+    """(markdown in `lang`, verdict) of the estimator for this form on the machine the run will use. On a GPU the
+    prediction is what PyTorch allocates there; on a CPU it is the model's training alone (weights, gradients, optimizer,
+    activations), while the run measures the whole process (Python and PyTorch included)."""
     from ..estimator.handoff import fit_verdict, query_from_train
     from ..hardware.device import detect_device, dtype_name, precision_reason, resolve_dtype
 
     device = detect_device()
     model_type = form_model_type(cfg, runs_dir) if device.kind == "cuda" else None
     dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=model_type)
-    why = precision_reason(device, model_type) if cfg.precision == "auto" else "as chosen"
-    head = (f"Effective batch **{cfg.micro_batch_size * cfg.grad_accum}** (micro batch {cfg.micro_batch_size} × accumulation {cfg.grad_accum}) · "
-            f"precision **{dtype_name(dtype)}** ({why}).")
+    why = precision_reason(device, model_type) if cfg.precision == "auto" else t("finetune.predict.as_chosen", lang)
+    head = t("finetune.predict.head", lang, batch=fmt_number(cfg.micro_batch_size * cfg.grad_accum, lang), micro=fmt_number(cfg.micro_batch_size, lang),
+             accum=fmt_number(cfg.grad_accum, lang), dtype=dtype_name(dtype), why=why)
     if cfg.base_model.startswith("run:"):
-        return head + " Memory prediction: shown once the run starts (the base comes from a previous run).", None
+        return head + " " + t("finetune.predict.later_run", lang), None
     if cfg.method == "distill":  # the student's training plus the frozen teacher (engine/training/distill.py)
         from ..training.distill import estimate_distill
 
         est = estimate_distill(cfg, dtype_name(dtype))
         if est is None:
-            return head + " Memory prediction: shown once the run starts (the teacher's architecture is not known yet).", None
+            return head + " " + t("finetune.predict.later_teacher", lang), None
     else:
         est = memory.estimate(query_from_train(cfg, dtype_name(dtype), on_cpu=device.kind == "cpu"))
     need = est.total_gib if device.kind == "cuda" else est.allocated_gib
     verdict = fit_verdict(need, device.total_gib)
-    word = {"fits": "✅ fits", "tight": "⚠ tight", "no": "❌ does not fit"}[verdict]
-    return (f"{head}\n\nPredicted peak **{est.allocated_gib:.2f} GiB** allocated ({est.total_gib:.2f} GiB as nvidia-smi shows it) · "
-            f"{device.name} ({device.kind}, {device.total_gib:.1f} GiB): **{word}**"
-            + ("" if verdict == "fits" else " — the Memory estimator's *Make it fit* lists the cheapest changes.")), verdict
+    word = {"fits": "✅ ", "tight": "⚠ ", "no": "❌ "}[verdict] + t(f"finetune.predict.verdict.{verdict}", lang)
+    gib = {"pred": fmt_number(round(est.allocated_gib, 2), lang), "total": fmt_number(round(est.total_gib, 2), lang)}
+    line = t("finetune.predict.gpu" if device.kind == "cuda" else "finetune.predict.cpu", lang, **gib)
+    where = t("finetune.predict.device", lang, device=device.name, kind=device.kind, gib=fmt_number(round(device.total_gib, 1), lang, 1), word=word)
+    return f"{head}\n\n{line} · {where}" + ("" if verdict == "fits" else " — " + t("finetune.predict.make_it_fit", lang)), verdict
 
 
-def prediction_or_warning(config: Callable[[], TrainConfig], runs_dir: Path | None = None) -> str:
+def prediction_or_warning(config: Callable[[], TrainConfig], runs_dir: Path | None = None, lang: str = "en") -> str:
     """memory_prediction's text for the config that config() makes; an engine error (making the config or predicting)
-    as a warning line instead: the prediction updates as the form changes and never raises."""
+    as a warning line instead, in `lang`: the prediction updates as the form changes and never raises."""
     try:
-        return memory_prediction(config(), runs_dir)[0]
+        return memory_prediction(config(), runs_dir, lang)[0]
     except EngineError as exc:
-        return f"⚠ {exc}"
+        return f"⚠ {exc.render(lang)}"
 
 
-def reproduce_command(cfg: TrainConfig) -> str:
-    """The run's config as YAML, headed by the commands that train it without the app (one GPU, then two)."""
+def reproduce_command(cfg: TrainConfig, lang: str = "en") -> str:
+    """The run's config as YAML, headed by the commands that train it without the app (one GPU, then two), the comments
+    in `lang`."""
     from ..hardware.distributed import launch_command
 
-    return (f"# save as run.yaml, then:\n#   python -m engine train --config run.yaml\n"
-            f"# on 2 GPUs (one process each; each step then sees 2x the effective batch; see docs/multi_gpu.md):\n"
+    return (f"# {t('finetune.command.save', lang)}\n#   python -m engine train --config run.yaml\n"
+            f"# {t('finetune.command.two_gpus', lang)}\n"
             f"#   {launch_command('run.yaml', 2)}\n{config_yaml(cfg)}")
 
 
-def data_check(cfg: TrainConfig, runs_dir: Path) -> tuple[str, list[list[Any]], pd.DataFrame, list[list[Any]]]:
-    """The data check of the form's dataset: summary, first rows (row, text as the model sees it, tokens, trained
-    tokens), token-length histogram and dropped rows."""
+CHECK_COLUMNS = ("row", "text", "tokens", "trained")  # the first rows' table (finetune.check.col.*)
+DROPPED_COLUMNS = ("row", "why")  # the dropped rows' table
+
+
+def check_headers(columns: tuple[str, ...], lang: str = "en") -> list[str]:
+    """The data check tables' column names in `lang`."""
+    return [t(f"finetune.check.col.{c}", lang) for c in columns]
+
+
+def data_check(cfg: TrainConfig, runs_dir: Path, lang: str = "en") -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The data check of the form's dataset, in `lang`: summary, first rows (row, text as the model sees it, tokens,
+    trained tokens), token-length histogram (tokens, rows) and dropped rows (row, why); the tables' headers travel
+    with them."""
     from ..training.data_check import inspect_dataset
 
-    ins = inspect_dataset(cfg, runs_dir)
+    ins = inspect_dataset(cfg, runs_dir, lang=lang)
     rows = [[p["row"], p["text"], p["n_tokens"], p["n_trainable"]] for p in ins.preview]
-    return ins.summary, rows, pd.DataFrame(ins.histogram, columns=["tokens", "rows"]), ins.dropped or []
+    return (ins.summary, pd.DataFrame(rows, columns=check_headers(CHECK_COLUMNS, lang)), pd.DataFrame(ins.histogram, columns=["tokens", "rows"]),
+            pd.DataFrame(ins.dropped or [], columns=check_headers(DROPPED_COLUMNS, lang)))
 
 
 def preset_values(values: dict[str, Any], tier: str | None) -> tuple[str, dict[str, Any]]:

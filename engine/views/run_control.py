@@ -1,7 +1,7 @@
 """What the Fine-tune panel's run buttons do: stop, resume, retry after an out-of-memory, delete, download, merge
 and push a run, each refused with a message when no run is picked or when this browser may not control the run
 (engine/training/jobs.py `check_control`: on a shared app only the session that started a run); each returns what the
-page shows."""
+page shows, in the visitor's language (`lang`; refusals are engine errors with a language key)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EngineError, JobError
+from ..i18n import fmt_number, t
 from ..runs import run_path
 from .uploads import export_path
 
@@ -17,20 +18,20 @@ if TYPE_CHECKING:
     from ..training.jobs import JobManager
 
 
-def _require(name: str | None, message: str) -> str:
+def _require(name: str | None, key: str) -> str:
     if not name:
-        raise JobError(message)
+        raise JobError(key=f"finetune.control.{key}")
     return name
 
 
-def stop_run(jobs: JobManager, name: str | None, owner: str | None) -> str:
+def stop_run(jobs: JobManager, name: str | None, owner: str | None, lang: str = "en") -> str:
     """Ask the run to stop (it saves a checkpoint first) and, in the background, kill its process tree if it has not
     exited `jobs.stop_grace_s` seconds later (a run hung in a download, tokenizing or saving); the message to show."""
-    name = _require(name, "No run selected.")
+    name = _require(name, "no_run")
     jobs.check_control(name, owner, "stop")
     jobs.stop(name, wait=False)
     threading.Thread(target=stop_or_kill, args=(jobs, name), name=f"stop-{name}", daemon=True).start()
-    return f"Asked '{name}' to stop: it saves a checkpoint at the next step, then exits (Resume continues it)."
+    return t("finetune.control.stopping", lang, name=name)
 
 
 def stop_or_kill(jobs: JobManager, name: str) -> str:
@@ -54,12 +55,12 @@ def stop_or_kill(jobs: JobManager, name: str) -> str:
     return summary.state
 
 
-def resume_run(jobs: JobManager, name: str | None, owner: str | None) -> str:
+def resume_run(jobs: JobManager, name: str | None, owner: str | None, lang: str = "en") -> str:
     """Resume the run from its last complete checkpoint; the message to show."""
-    name = _require(name, "Pick a run to resume.")
+    name = _require(name, "pick_resume")
     jobs.check_control(name, owner, "resume")
     jobs.resume(name)
-    return f"Resuming '{name}' from its last complete checkpoint."
+    return t("finetune.control.resuming", lang, name=name)
 
 
 def auto_resume(jobs: JobManager) -> str | None:
@@ -75,17 +76,17 @@ def auto_resume(jobs: JobManager) -> str | None:
     return f"Resuming interrupted run '{s.name}' from its last complete checkpoint (--auto-resume)."
 
 
-def retry_run(jobs: JobManager, name: str | None, owner: str | None) -> tuple[str, str]:
+def retry_run(jobs: JobManager, name: str | None, owner: str | None, lang: str = "en") -> tuple[str, str]:
     """Start a copy of the run with half the micro batch and twice the accumulation: (the new run's name, the message)."""
-    name = _require(name, "Pick the run that ran out of memory.")
+    name = _require(name, "pick_retry")
     jobs.check_control(name, owner, "retry")
     new = jobs.retry_smaller_batch(name, owner=owner)
-    return new, f"Started '{new}' with half the micro batch and twice the accumulation (same effective batch)."
+    return new, t("finetune.control.retrying", lang, name=new)
 
 
 def delete_run(jobs: JobManager, name: str | None, owner: str | None) -> None:
     """Delete the run's folder."""
-    name = _require(name, "Pick a run to delete.")
+    name = _require(name, "pick_delete")
     jobs.check_control(name, owner, "delete")
     jobs.delete(name)
 
@@ -94,13 +95,13 @@ def zip_for_download(jobs: JobManager, name: str | None, owner: str | None = Non
     """The run's folder as a zip file under an unguessable name in the private exports folder (views/uploads.py)."""
     from ..export.merge import zip_run
 
-    name = _require(name, "Pick a run to download.")
+    name = _require(name, "pick_download")
     jobs.check_control(name, owner, "download")
     jobs.status(name)  # a message for a run that does not exist
     return zip_run(run_path(jobs.runs_dir, name), out_path=export_path(name, ".zip"))
 
 
-def merge_finished_run(jobs: JobManager, name: str | None, owner: str | None = None) -> str:
+def merge_finished_run(jobs: JobManager, name: str | None, owner: str | None = None, lang: str = "en") -> str:
     """Start merging a finished run's adapter into its base (16-bit safetensors) in a subprocess, on the CPU when the
     estimator says the GPU cannot hold the unquantized base; refused while a training run or another merge is going,
     and (shared mode) for anyone but the run's owner. The message to show (the page follows the merge with
@@ -109,30 +110,31 @@ def merge_finished_run(jobs: JobManager, name: str | None, owner: str | None = N
     from ..hardware.coexist import cuda_free_gib
     from ..hardware.device import detect_device
 
-    name = _require(name, "Pick a finished LoRA/QLoRA run to merge.")
+    name = _require(name, "pick_merge")
     jobs.check_control(name, owner, "merge")
     s = jobs.status(name)
     if s.state != "finished":
-        raise JobError(f"Run '{name}' has not finished; merge needs its final adapter.")
+        raise JobError(key="finetune.control.merge_unfinished", name=name)
     if s.output != "adapter":
-        raise JobError(f"Run '{name}' trained every weight: its model/ folder already is a complete model, nothing to merge.")
+        raise JobError(key="finetune.control.merge_full", name=name)
     plan = merge_plan(s.path, jobs.runs_dir, detect_device(), cuda_free_gib())
     jobs.start_merge(name, device=plan.device)
-    return f"Merging '{name}' in the background — {plan.reason}. The run's status shows when it is done."
+    return t("finetune.control.merging", lang, name=name, reason=plan.reason)
 
 
 def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, private: bool, token: str, gguf: str | None = None,
-                      owner: str | None = None) -> str:
+                      owner: str | None = None, lang: str = "en") -> str:
     """Push the run's adapter, merged or full model with a model card to the Hub, with this token only (never the
     server's HF_TOKEN), and a GGUF of it when `gguf` names a type ("none" or empty: no GGUF); the message to show."""
     from ..export.hub import push_run
 
-    name = _require(name, "Pick a finished run to push.")
+    name = _require(name, "pick_push")
     jobs.check_control(name, owner, "push")
     gguf = None if gguf in (None, "", "none") else gguf
     url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private), use_env_token=False, runs_dir=jobs.runs_dir,
                    gguf=gguf)
-    return f"✅ Pushed the {what} of **{name}**{f' and a {gguf} GGUF' if gguf else ''} with a model card to [{url}]({url})"
+    key = "finetune.control.pushed_gguf" if gguf else "finetune.control.pushed"
+    return "✅ " + t(key, lang, what=t(f"finetune.push.what.{what}", lang), name=name, gguf=gguf or "", url=url)
 
 
 def push_default(jobs: JobManager, name: str | None) -> str | None:
@@ -144,7 +146,7 @@ def push_default(jobs: JobManager, name: str | None) -> str | None:
         return None
 
 
-def gguf_note(jobs: JobManager, name: str | None) -> str:
+def gguf_note(jobs: JobManager, name: str | None, lang: str = "en") -> str:
     """What the Export GGUF button will do for the picked run, or why it cannot (shown before the click)."""
     from ..export.gguf_run import gguf_check
 
@@ -152,23 +154,22 @@ def gguf_note(jobs: JobManager, name: str | None) -> str:
         return ""
     reason = gguf_check(name, jobs.runs_dir)
     if reason:
-        return f"GGUF export is not available for **{name}**: {reason}"
+        return t("finetune.control.gguf_unavailable", lang, name=name, reason=reason)
     merged = (jobs.runs_dir / name / "adapter").exists() and not (jobs.runs_dir / name / "merged" / "config.json").exists()
-    return (f"**{name}** can be exported to GGUF for llama.cpp / Ollama / LM Studio"
-            + (" (its adapter is merged into a 16-bit copy of the base first)." if merged else "."))
+    return t("finetune.control.gguf_merge_first" if merged else "finetune.control.gguf_ready", lang, name=name)
 
 
 def export_gguf_for_download(jobs: JobManager, name: str | None, gguf_type: str, preset: str = "balanced",
-                             owner: str | None = None) -> tuple[Path, str]:
+                             owner: str | None = None, lang: str = "en") -> tuple[Path, str]:
     """Export the picked finished run to GGUF with its Ollama Modelfile; (the zip to download, under an unguessable name
     in the private exports folder, the message to show). Shared mode: the run's owner only, like a zip of the run."""
     from ..config import GgufSettings
     from ..export.gguf_run import export_ref_gguf, zip_export
 
-    name = _require(name, "Pick a finished run to export to GGUF.")
+    name = _require(name, "pick_gguf")
     jobs.check_control(name, owner, "export")
     result = export_ref_gguf(name, jobs.runs_dir, GgufSettings(type=gguf_type, preset=preset))
-    template = "with its chat template" if result.template_checked else "without a TEMPLATE (see the comment in the Modelfile)"
-    message = (f"GGUF {result.type} ({result.arch}, {result.bytes / 2**20:,.1f} MiB, written in {result.seconds:.1f} s) and an Ollama "
-               f"Modelfile {template}. Unzip, then `ollama create {name.lower()} -f Modelfile`, or open the .gguf in llama.cpp / LM Studio.")
+    key = "finetune.control.gguf_done" if result.template_checked else "finetune.control.gguf_done_no_template"
+    message = t(key, lang, type=result.type, arch=result.arch, mib=fmt_number(round(result.bytes / 2**20, 1), lang, 1),
+                took=fmt_number(round(result.seconds, 1), lang, 1), model=name.lower())
     return zip_export(result.folder, out_path=export_path(f"{result.folder.name}", ".zip")), message

@@ -1,23 +1,27 @@
-"""How a training run looks on the Fine-tune panel: the status text, the progress bar, the loss plot's frame, the
-run history table and run picker, and which run a page watches when it opens."""
+"""How a training run looks on the Fine-tune panel, in the visitor's language: the status text, the progress bar, the loss
+plot's frame, the run picker, which run a page watches when it opens, and everything the timer refreshes for it
+(`watched_outputs`: with the loss plot's data, the accuracy bars, the log for people and the history table from
+run_charts.py, run_log.py and run_history.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from ..errors import EngineError
-from ..runs import log_tail
-from ..sharing import is_shared
+from ..i18n import fmt_number, t
+from ..runs import log_tail, read_events
+from .run_charts import loss_plot_frame, task_html
+from .run_history import STATE_ICONS, history_table, memory_text, run_details_md, state_text
+from .run_log import fmt_duration, fmt_loss, log_text, phase_text, when_text
 
 if TYPE_CHECKING:
     from ..runs import RunSummary
     from ..training.jobs import JobManager
 
-HISTORY_HEADERS = ["run", "state", "method", "base", "data", "steps", "best eval loss", "task acc", "seconds", "memory pred/meas GiB", "resumable"]
-STATE_ICONS = {"running": "🟢", "finished": "✅", "stopped": "⏸", "failed": "❌", "killed": "⚠", "created": "…", "damaged": "🛠"}
 
 
 def scrub_paths(text: str, runs_dir: Path) -> str:
@@ -31,14 +35,6 @@ def scrub_paths(text: str, runs_dir: Path) -> str:
         if real and real not in ("/", "."):
             out = out.replace(real, label)
     return out
-
-
-def data_label(dataset: str) -> str:
-    """How a run's dataset is shown to everyone: built-in and Hub references as they are; an uploaded file by its name
-    only (never the server path), and on a shared app not even that (it may say whose data it is)."""
-    if not dataset or dataset.startswith(("builtin:", "hub:")):
-        return dataset
-    return "(an uploaded file)" if is_shared() else Path(dataset).name.split("-", 1)[-1]
 
 
 def run_choices(jobs: JobManager) -> list[str]:
@@ -60,7 +56,7 @@ def interrupted_run(jobs: JobManager) -> RunSummary | None:
     return next((s for s in jobs.list_runs() if s.state == "killed" and s.resumable), None)
 
 
-def resume_offer(jobs: JobManager) -> tuple[str | None, str]:
+def resume_offer(jobs: JobManager, lang: str = "en") -> tuple[str | None, str]:
     """(run name, what the top of the Fine-tune panel says) for the newest interrupted run; (None, "") when none."""
     s = interrupted_run(jobs)
     if s is None:
@@ -68,26 +64,63 @@ def resume_offer(jobs: JobManager) -> tuple[str | None, str]:
     from ..runs import last_complete_checkpoint
 
     ckpt = last_complete_checkpoint(s.path)
-    where = f"its last checkpoint ({ckpt.name}, step {ckpt.name.split('-')[-1]} of {s.max_steps or '?'})" if ckpt else "the start (it had saved no checkpoint yet)"
-    return s.name, (f"⚠ **Run '{s.name}' was interrupted** at step {s.step} (its process ended without finishing: a disconnect or a restart). "
-                    f"**Resume** continues it from {where} with its own settings.")
+    total = fmt_number(s.max_steps, lang) if s.max_steps else "?"
+    where = (t("finetune.resume.from_ckpt", lang, checkpoint=ckpt.name, step=fmt_number(int(ckpt.name.split("-")[-1]), lang), total=total)
+             if ckpt else t("finetune.resume.from_start", lang))
+    return s.name, t("finetune.resume.offer", lang, name=s.name, step=fmt_number(s.step, lang), where=where)
 
 
-def watched_outputs(jobs: JobManager, name: str | None) -> tuple[str, str, pd.DataFrame, str, list[list[Any]]] | None:
-    """What the timer refreshes for the watched run: status, progress bar, loss frame, log tail (40 lines) and the history
-    rows; None when no run is watched or it cannot be read (the page keeps what it shows)."""
+@dataclass
+class WatchedRun:
+    """What the timer refreshes for the watched run, each part ready for its component."""
+
+    status: str  # markdown
+    progress: str  # HTML
+    plot: pd.DataFrame  # the loss plot's data (run_charts.PLOT_COLUMNS)
+    task: str  # HTML: the date task's accuracy bars with examples ("" when the run scored none)
+    log: str  # one line per event, for people
+    raw_log: str  # the last lines of train.log (server folders hidden)
+    history: pd.DataFrame  # the history table, headers in the visitor's language
+    details: str  # markdown: the run's facts that the history's short row leaves out
+    can_try: bool  # finished with a model to load: "Try it in the Playground" is offered
+
+
+def can_try(s: RunSummary) -> bool:
+    """A run that finished and saved an adapter or a model (what the Playground loads as run:NAME)."""
+    return s.state == "finished" and s.output in ("adapter", "model") and (s.path / s.output).is_dir()
+
+
+def can_try_run(jobs: JobManager, name: str | None) -> bool:
+    """can_try for a run by name; False when none is picked or it cannot be read."""
+    if not name:
+        return False
+    try:
+        return can_try(jobs.status(name))
+    except EngineError:
+        return False
+
+
+def watched_outputs(jobs: JobManager, name: str | None, lang: str = "en", *, log_scale: bool = False,
+                    smoothing: float = 0.0) -> WatchedRun | None:
+    """What the timer refreshes for the watched run, in `lang`; None when no run is watched or it cannot be read (the
+    page keeps what it shows). log_scale and smoothing: the loss plot's options (run_charts.loss_plot_frame)."""
     if not name:
         return None
     try:
         s = jobs.status(name)
     except EngineError:
         return None
-    merge = merge_status_md(jobs, name)
-    return (status_md(s) + (f"\n\n{merge}" if merge else ""), progress_html(s, s.last_progress), loss_frame(s.losses),
-            scrub_paths(log_tail(s.path, 40), s.path.parent), history_rows(jobs))
+    merge = merge_status_md(jobs, name, lang)
+    events = read_events(s.path)
+    runs_dir = s.path.parent
+    return WatchedRun(status=status_md(s, lang) + (f"\n\n{merge}" if merge else ""), progress=progress_html(s, s.last_progress, lang),
+                      plot=loss_plot_frame(loss_frame(s.losses), log_scale=log_scale, smoothing=smoothing, lang=lang),
+                      task=task_html(events, lang), log=log_text(events, lang, scrub=lambda text: scrub_paths(text, runs_dir)),
+                      raw_log=scrub_paths(log_tail(s.path, 40), runs_dir), history=history_table(jobs, lang), details=run_details_md(s, lang),
+                      can_try=can_try(s))
 
 
-def merge_status_md(jobs: JobManager, name: str | None) -> str:
+def merge_status_md(jobs: JobManager, name: str | None, lang: str = "en") -> str:
     """One line on the run's latest merge (running, done with its folder, or failed with why); "" when there was none."""
     if not name:
         return ""
@@ -96,68 +129,63 @@ def merge_status_md(jobs: JobManager, name: str | None) -> str:
     except EngineError:
         return ""
     if not events:  # none yet: the merge process may still be starting
-        return "🔀 Merging the adapter… (starting)" if jobs.active_merge() == name else ""
+        return "🔀 " + t("finetune.merge.starting", lang) if jobs.active_merge() == name else ""
     last = events[-1]
     if last.get("type") == "merge_done":
-        return f"🔀 Merged model saved in the run's merged/ folder ({last.get('seconds')} s on the {last.get('device')}) — load `run:{name}/merged` in the Playground."
+        return "🔀 " + t("finetune.merge.done", lang, took=fmt_duration(last.get("seconds")), device=last.get("device", "?"), name=name)
     if last.get("type") == "merge_error":
-        return f"🔀 **Merge failed:** {last.get('message')}"
+        return "🔀 " + t("finetune.merge.failed", lang, message=last.get("message", ""))
     if jobs.active_merge() == name:
-        return f"🔀 Merging the adapter… ({last.get('reason', '')})"
-    return "🔀 The merge process ended without finishing (killed?): merge again."
+        return "🔀 " + t("finetune.merge.running", lang, reason=last.get("reason", ""))
+    return "🔀 " + t("finetune.merge.gone", lang)
 
 
-def history_rows(jobs: JobManager) -> list[list[Any]]:
-    """One row per run, in the columns of HISTORY_HEADERS."""
-    rows = []
-    for s in jobs.list_runs():
-        mem = f"{s.predicted_gib:.2f} / {s.measured_gib:.2f}" if s.predicted_gib and s.measured_gib else (f"- / {s.measured_gib:.2f}" if s.measured_gib else "")
-        score = " → ".join(f"{v:.0%}" for v in s.task_scores.values()) if s.task_scores else ""
-        rows.append([s.name, s.state, s.method, s.base_model, data_label(s.dataset), f"{s.step}/{s.max_steps}",
-                     None if s.best_eval_loss is None else round(s.best_eval_loss, 4), score,
-                     None if s.duration_s is None else round(s.duration_s), mem, "yes" if s.resumable else ""])
-    return rows
-
-
-def status_md(s: RunSummary) -> str:
-    """The run's state, step, loss, memory (predicted / measured), task scores and what to do next, as Markdown."""
-    lines = [f"### {STATE_ICONS.get(s.state, '')} {s.name}: {s.state}" + (f" — {s.phase}" if s.state == "running" and s.phase else "")]
+def status_md(s: RunSummary, lang: str = "en") -> str:
+    """The run's state and phase, step and loss, memory (predicted for the model / measured for the process or the GPU),
+    task scores and what to do next, as Markdown in `lang`."""
+    phase = f" — {phase_text(scrub_paths(s.phase, s.path.parent), lang)}" if s.state == "running" and s.phase else ""
+    lines = [f"### {STATE_ICONS.get(s.state, '')} {s.name}: {state_text(s.state, lang)}{phase}"]
     if s.max_steps:
-        lines.append(f"step **{s.step} / {s.max_steps}**" + (f" · loss **{s.last_loss:.4f}**" if s.last_loss is not None else ""))
-    if s.predicted_gib or s.measured_gib:
-        measured = "process RSS peak on CPU" if s.device == "cpu" else "torch max allocated"
-        lines.append(f"memory: predicted **{s.predicted_gib or 0:.2f} GiB** / measured **{s.measured_gib or 0:.2f} GiB** ({measured})")
+        step = t("finetune.status.step", lang, step=fmt_number(s.step, lang), total=fmt_number(s.max_steps, lang))
+        lines.append(step + (" · " + t("finetune.status.loss", lang, loss=fmt_loss(s.last_loss, lang)) if s.last_loss is not None else ""))
+    if mem := memory_text(s, lang):
+        lines.append(mem)
     if s.task_scores:
-        lines.append("date task accuracy: " + " → ".join(f"{k} **{v:.0%}**" for k, v in s.task_scores.items()))
+        lines.append(t("finetune.status.task", lang) + " " + " → ".join(f"{when_text(k, lang)} **{fmt_number(round(100 * (v or 0)), lang)}%**"
+                                                                          for k, v in s.task_scores.items()))
     if s.state == "finished":
-        lines.append(f"Saved **{s.output}/** in the run's folder — choose `run:{s.name}` in the Playground.")
+        lines.append(t("finetune.status.finished", lang, output=s.output or "?", name=s.name))
     if s.state == "damaged":
-        lines.append(f"This run's folder is damaged ({s.error or 'its config.yaml cannot be read'}): it cannot be resumed or loaded; delete it.")
+        lines.append(t("finetune.status.damaged", lang, error=s.error or t("finetune.status.no_config", lang)))
     if s.state == "failed" and s.error:
-        lines.append(f"**Error:** {scrub_paths(s.error, s.path.parent)}" + ("" if s.error_kind == "oom" else " — the last lines of the log below say more."))
+        error = scrub_paths(s.error, s.path.parent)
+        lines.append(t("finetune.status.error", lang, error=error) + ("" if s.error_kind == "oom" else " " + t("finetune.status.see_log", lang)))
         if s.error_kind == "oom":
-            lines.append("Click **Retry after OOM** to rerun with half the micro batch and twice the accumulation (same effective batch).")
+            lines.append(t("finetune.status.oom", lang))
         if s.error_kind == "nan":
-            lines.append("Resume continues from the last good checkpoint with the same settings (a one-off spike may pass); to change the "
-                         "precision or the learning rate, start a new run with them.")
+            lines.append(t("finetune.status.nan", lang))
     if s.resumable:
-        lines.append("This run can be resumed from its last checkpoint (Resume).")
+        lines.append(t("finetune.status.resumable", lang))
     return "\n\n".join(lines)
 
 
-def progress_html(s: RunSummary, last: dict | None) -> str:
-    """A progress bar with tokens/s and ETA from the last progress event (the built-in base's pretraining first, if running)."""
+def progress_html(s: RunSummary, last: dict | None, lang: str = "en") -> str:
+    """A progress bar with the step, tokens/s and time left from the last progress event (the built-in base's
+    pretraining first, if it is running)."""
     step, total, label = s.step, s.max_steps, ""
     if s.state == "running" and s.base_progress and not s.max_steps:  # still pretraining the built-in base
-        step, total, label = s.base_progress.get("step", 0), s.base_progress.get("max_steps", 0), "pretraining the built-in base · "
+        step, total, label = s.base_progress.get("step", 0), s.base_progress.get("max_steps", 0), t("finetune.progress.pretraining", lang) + " · "
         last = s.base_progress
     pct = 100.0 if s.state == "finished" else (100.0 * step / total if total else 0.0)
-    extra = ""
+    parts = [f"{fmt_number(round(pct), lang)}%"]
+    if total:
+        parts.append(t("finetune.progress.step", lang, step=fmt_number(step, lang), total=fmt_number(total, lang)))
     if last and s.state == "running":
-        eta = last.get("eta_s")
-        extra = f" · {last.get('tokens_per_s') or 0:.0f} tokens/s" + (f" · ETA {int(eta // 60)}m{int(eta % 60):02d}s" if eta is not None else "")
+        parts.append(t("finetune.log.speed", lang, speed=fmt_number(round(last.get("tokens_per_s") or 0), lang)))
+        if last.get("eta_s") is not None:
+            parts.append(t("finetune.progress.eta", lang, left=fmt_duration(last["eta_s"])))
     return (f"<div style='width:100%;background:#eee;border-radius:6px'><div style='width:{pct:.1f}%;background:#4f8ef7;height:14px;"
-            f"border-radius:6px'></div></div><small>{label}{pct:.0f}%{extra}</small>")
+            f"border-radius:6px'></div></div><small>{label}{' · '.join(parts)}</small>")
 
 
 def loss_frame(losses: list[dict[str, Any]]) -> pd.DataFrame:

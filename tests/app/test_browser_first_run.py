@@ -31,7 +31,7 @@ ANSWER_TIMEOUT_MS = 180_000
 READER_RUNS = "~/compact-llm-lab/runs"
 IDLE_JS = """() => [...document.querySelectorAll('[data-testid="status-tracker"]')]
   .every((s) => s.classList.contains('hide') || s.offsetParent === null)"""
-CHAT_HAS_JS = """(text) => { const c = document.getElementById('chat-box'); return !!c && c.innerText.includes(text); }"""
+CHAT_HAS_JS = """(text) => { const c = document.getElementById('playground-chat'); return !!c && c.innerText.includes(text); }"""
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +67,8 @@ def shot(page, name: str) -> None:
 
 def send(page, prompt: str | None = None) -> None:
     if prompt is not None:
-        page.locator("#chat-prompt textarea").fill(prompt)
-    page.locator("#chat-send").click()
+        page.locator("#playground-prompt textarea").fill(prompt)
+    page.locator("#playground-send").click()
 
 
 FIRST = {}  # what the first test found, for the ones after it: the prompt "Try it" filled in
@@ -79,16 +79,16 @@ def test_first_run_finetune_then_try_it_answers_the_date(pages):
     page.locator("#guide-finetune").click()
     page.locator("#ft-panel").wait_for(state="visible")
     started = time.monotonic()
-    page.locator("#start-btn").click()
+    page.locator("#finetune-start").click()
     try:
-        page.locator("#try-it-btn").wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
+        page.locator("#finetune-try").wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
     except playwright_api.TimeoutError:
         pytest.fail("the run did not offer 'Try it' in time; the panel said: " + page.locator("#ft-panel").inner_text()[:1500])
     trained = time.monotonic() - started
     shot(page, "firstrun-finetune-pt-BR")
-    page.locator("#try-it-btn").click()
+    page.locator("#finetune-try").click()
     page.locator("#pg-panel-button[aria-selected='true']").wait_for(timeout=10_000)
-    prompt = page.locator("#chat-prompt textarea").input_value()
+    prompt = page.locator("#playground-prompt textarea").input_value()
     assert prompt.strip(), "'Try it' did not fill in an example prompt"
     FIRST["prompt"] = prompt
     send(page)
@@ -118,19 +118,19 @@ def test_an_error_keeps_the_conversation_and_the_prompt(pages, lang):
     if not page.evaluate(CHAT_HAS_JS, ANSWER):  # the tests above did not leave an answer: make one
         send(page, EXAMPLE)
         page.wait_for_function(CHAT_HAS_JS, arg=ANSWER, timeout=ANSWER_TIMEOUT_MS)
-    before = page.locator("#chat-box").inner_text()
+    before = page.locator("#playground-chat").inner_text()
     # a Hub model that cannot be loaded (the tests run offline): an error, at once
     model = page.locator("#playground-model input")
     model.click()
     model.fill("nobody-here/no-such-model")
     model.press("Enter")
-    page.locator("#chat-prompt textarea").click()
+    page.locator("#playground-prompt textarea").click()
     typed = "Converta a data 11/04/1999 para o formato ISO (AAAA-MM-DD)."
     send(page, typed)
-    error = page.locator("#chat-error")
-    page.wait_for_function("() => { const e = document.getElementById('chat-error'); return !!e && e.offsetParent !== null && e.innerText.trim().length > 0; }",
+    error = page.locator("#playground-notice")
+    page.wait_for_function("() => { const e = document.getElementById('playground-notice'); return !!e && e.offsetParent !== null && e.innerText.trim().length > 0; }",
                            timeout=60_000)
     assert error.inner_text().strip()
-    after = page.locator("#chat-box").inner_text()
+    after = page.locator("#playground-chat").inner_text()
     assert ANSWER in after and before.strip() in after, "the error wiped the conversation"
-    assert page.locator("#chat-prompt textarea").input_value() == typed, "the error wiped the prompt"
+    assert page.locator("#playground-prompt textarea").input_value() == typed, "the error wiped the prompt"

@@ -246,7 +246,7 @@ def test_phone_reaches_every_panel_results_first_tables_readable(phone, lang):
             assert not table["broken"], f"{name}: header words broken mid-word: {table}"
             assert table["second_column_in_view"], f"{name}: a table shows only its first column: {table}"
             assert not table["wider"] or table["scrolls"], f"{name}: a table is cut off instead of scrolling: {table}"
-        if tab_id == "ft" and phone.locator("#start-btn").count():
-            start = phone.locator("#start-btn").bounding_box()
+        if tab_id == "ft" and phone.locator("#finetune-start").count():
+            start = phone.locator("#finetune-start").bounding_box()
             assert start and start["y"] + start["height"] <= PHONE["height"], "Start is not on screen on a phone"
         shot(phone, f"phone-{name}-{lang}")

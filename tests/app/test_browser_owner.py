@@ -25,7 +25,7 @@ def test_only_the_starting_browser_can_stop_its_run(runs_dir):
 
     demo = app.build_app(runs_dir, owner_only=True)
     demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **app.launch_options())
     jobs = JobManager(runs_dir)
     wait_for_no_live_run(runs_dir)
     try:
@@ -36,7 +36,7 @@ def test_only_the_starting_browser_can_stop_its_run(runs_dir):
             alice.goto(demo.local_url)
             alice.get_by_role("tab", name="Fine-tune").click()
             alice.get_by_text("only the browser that started a run can stop").first.wait_for(timeout=30_000)
-            alice.get_by_text("Run", exact=True).first.click()  # the "Run" accordion: name the run
+            alice.locator("button.label-wrap").filter(has=alice.get_by_text("Run", exact=True)).click()  # the "Run" accordion: name the run
             name = alice.locator("#TrainConfig-run_name textarea")
             name.fill("owned-run")
             name.press("Tab")

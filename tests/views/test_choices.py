@@ -49,3 +49,13 @@ def test_playground_lists_are_the_models_twice_then_the_adapters(tmp_path):
     jobs = _jobs(tmp_path, "lora-run")
     models, models_b, adapters = playground_lists(jobs)
     assert models == models_b == playground_models(jobs) and adapters == adapter_choices(jobs)
+
+
+def test_the_fine_tune_form_offers_the_builtin_datasets_by_human_name():
+    from engine import i18n
+    from engine.views.choices import dataset_choices
+
+    refs = [ref for _, ref in dataset_choices()]
+    assert refs == list(BUILTIN_DATASETS)
+    for key, _ in dataset_choices():
+        assert i18n.t(key) != key and i18n.t(key, "pt-BR") != i18n.t(key)  # a name in each language, never the key

@@ -74,10 +74,35 @@ def test_data_check_shapes_the_preview_rows_and_the_histogram(monkeypatch, tmp_p
 
     ins = SimpleNamespace(summary="2 rows", preview=[{"row": 0, "text": "a ⟦b⟧", "n_tokens": 5, "n_trainable": 2, "extra": 1}],
                           histogram=[[8, 1], [16, 1]], dropped=None)
-    monkeypatch.setattr(data_check_module, "inspect_dataset", lambda cfg, runs_dir: ins)
+    seen = []
+    monkeypatch.setattr(data_check_module, "inspect_dataset", lambda cfg, runs_dir, lang: seen.append(lang) or ins)
     summary, rows, hist, dropped = data_check(TrainConfig(), tmp_path)
-    assert summary == "2 rows" and rows == [[0, "a ⟦b⟧", 5, 2]] and dropped == []
+    assert summary == "2 rows" and rows.values.tolist() == [[0, "a ⟦b⟧", 5, 2]] and dropped.empty
+    assert list(rows.columns) == ["row", "as the model sees it (⟦trained⟧)", "tokens", "trained tokens"]
     assert list(hist.columns) == ["tokens", "rows"] and hist.values.tolist() == [[8, 1], [16, 1]]
+    _, rows, _, dropped = data_check(TrainConfig(), tmp_path, "pt-BR")
+    assert seen == ["en", "pt-BR"] and list(rows.columns)[0] == "linha" and list(dropped.columns) == ["linha", "por que foi descartada"]
+
+
+def test_prediction_and_command_in_portuguese(tmp_path):
+    cfg = train_config_from_form(_values(), None, None, upload_dir=tmp_path, runs_dir=tmp_path)
+    text, verdict = memory_prediction(cfg, tmp_path, "pt-BR")
+    assert text.startswith("Batch efetivo **16** (micro batch 16 × acumulação 1) · precisão **")
+    assert ("para o treino do modelo" in text or "alocados pelo PyTorch" in text) and ("cabe" in text or "no limite" in text)
+    assert reproduce_command(cfg, "pt-BR").startswith("# salve como run.yaml e depois rode:")
+
+    def bad():
+        raise ConfigError("max_steps", -1, "at least 1")
+
+    assert prediction_or_warning(bad, lang="pt-BR") == "⚠ max_steps = -1 não é permitido: at least 1."
+
+
+def test_the_top_of_the_form_and_the_accordions_cover_the_training_fields_once():
+    from engine.views.finetune_form import FT_OPTIMIZER, FT_TOP, FT_TRAINING
+
+    assert FT_TOP[:4] == ["base_model", "method", "teacher_model", "dataset"] and set(FT_TOP) <= set(FT_MAIN + FT_TRAIN)
+    shown = [n for n in FT_TOP if n in FT_TRAIN] + FT_TRAINING + FT_OPTIMIZER
+    assert sorted(shown) == sorted(FT_TRAIN)
 
 
 def test_preset_values_explain_and_fill_the_form():

@@ -108,3 +108,13 @@ def test_push_default_is_model_for_a_full_run_adapter_otherwise_none_when_unread
     jobs.status = status
     assert push_default(jobs, "full") == "model" and push_default(jobs, "lora") == "adapter"
     assert push_default(jobs, None) == "adapter" and push_default(jobs, "gone") is None
+
+
+def test_messages_in_portuguese():
+    jobs = FakeJobs()
+    assert stop_run(jobs, "r", "key", "pt-BR").startswith("Pedimos para 'r' parar")
+    assert resume_run(jobs, "r", "key", "pt-BR") == "Retomando 'r' do último checkpoint completo."
+    with pytest.raises(EngineError) as exc:
+        resume_run(jobs, None, "key", "pt-BR")
+    assert exc.value.render("pt-BR") == "Escolha um treino para retomar." and str(exc.value) == "Pick a run to resume."
+    time.sleep(0.1)  # the background stop_or_kill

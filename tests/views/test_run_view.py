@@ -1,4 +1,5 @@
-"""The run view without gradio: run picker and history rows, status text, progress bar HTML, loss frame."""
+"""The run view without gradio: run picker, status text, progress bar HTML, loss frame, what the timer refreshes, in
+English and in Portuguese."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from types import SimpleNamespace
 
 from engine.errors import JobError
 from engine.runs import RunSummary
-from engine.views.run_view import HISTORY_HEADERS, history_rows, loss_frame, opening_run, progress_html, run_choices, status_md, watched_outputs
+from engine.views.run_history import history_table
+from engine.views.run_view import can_try, can_try_run, loss_frame, opening_run, progress_html, run_choices, status_md, watched_outputs
 
 
 def _run(**kw) -> RunSummary:
@@ -18,34 +20,39 @@ def _jobs(*runs: RunSummary) -> SimpleNamespace:
     return SimpleNamespace(list_runs=lambda: list(runs), merge_events=lambda name: [], active_merge=lambda: None, active=lambda: None)
 
 
-def test_history_rows_match_the_headers_and_format_memory_scores_and_durations():
-    done = _run(name="done", state="finished", method="lora", base_model="builtin:compact-mini", dataset="builtin:dates", step=10, max_steps=10,
-                best_eval_loss=1.234567, duration_s=61.6, predicted_gib=1.5, measured_gib=1.25, task_scores={"before": 0.0, "after": 0.75}, resumable=True)
-    fresh = _run(name="fresh", state="created", measured_gib=0.5)
-    jobs = _jobs(done, fresh)
-    rows = history_rows(jobs)
-    assert all(len(r) == len(HISTORY_HEADERS) for r in rows)
-    assert rows[0] == ["done", "finished", "lora", "builtin:compact-mini", "builtin:dates", "10/10", 1.2346, "0% → 75%", 62, "1.50 / 1.25", "yes"]
-    assert rows[1][5:] == ["0/0", None, "", None, "- / 0.50", ""]
-    assert run_choices(jobs) == ["done", "fresh"]
-
-
 def test_status_text_for_running_finished_and_failed_runs():
-    running = status_md(_run(phase="training", step=3, max_steps=10, last_loss=2.5, predicted_gib=1.0, measured_gib=0.8, device="cpu"))
+    running = status_md(_run(phase="training", step=3, max_steps=1000, last_loss=2.5, predicted_gib=0.1, measured_gib=0.73, device="cpu"))
     assert running.startswith("### 🟢 r1: running — training")
-    assert "step **3 / 10** · loss **2.5000**" in running and "(process RSS peak on CPU)" in running
+    assert "step **3 / 1,000** · loss **2.500**" in running
+    # on a CPU: which number is the model's memory and which the whole process
+    assert "predicted **0.10 GiB** for the model's training" in running and "**0.73 GiB** for the whole process" in running
     finished = status_md(_run(state="finished", output="adapter", task_scores={"before": 0.1, "after": 0.9}))
-    assert "date task accuracy: before **10%** → after **90%**" in finished and "choose `run:r1` in the Playground" in finished
+    assert "Date task accuracy: before **10%** → after **90%**" in finished and "`run:r1`" in finished and "Try it in the Playground" in finished
     failed = status_md(_run(state="failed", error="CUDA out of memory", error_kind="oom", resumable=True, device="cuda", measured_gib=3.0))
-    assert "**Error:** CUDA out of memory" in failed and "Retry after OOM" in failed and "(Resume)" in failed and "torch max allocated" in failed
+    assert "**Error:** CUDA out of memory" in failed and "Retry after OOM" in failed and "(Resume)" in failed
+    assert "allocated by PyTorch on the GPU" in failed
 
 
-def test_progress_bar_shows_speed_eta_and_the_base_pretraining_first():
-    html = progress_html(_run(step=5, max_steps=20), {"tokens_per_s": 123.4, "eta_s": 125})
-    assert "width:25.0%" in html and "25% · 123 tokens/s · ETA 2m05s" in html
+def test_status_line_in_portuguese():
+    s = _run(phase="scoring the date task (before)", step=1200, max_steps=2000, last_loss=1.2341, predicted_gib=0.1, measured_gib=0.73, device="cpu")
+    text = status_md(s, "pt-BR")
+    assert text.startswith("### 🟢 r1: em andamento — medindo a tarefa das datas (antes)")
+    assert "passo **1.200 / 2.000** · loss **1,234**" in text
+    assert "previsão de **0,10 GiB** para o treino do modelo" in text and "**0,73 GiB** no pico do processo inteiro" in text
+    done = status_md(_run(state="finished", output="model", task_scores={"before": 0.0, "after": 0.75}), "pt-BR")
+    assert "r1: concluído" in done and "antes **0%** → depois **75%**" in done and "Testar no Playground" in done
+    # a phase that is not one of the known ones is shown as the subprocess wrote it
+    assert "— something new" in status_md(_run(phase="something new"), "pt-BR")
+
+
+def test_progress_bar_shows_step_speed_time_left_and_the_base_pretraining_first():
+    html = progress_html(_run(step=5, max_steps=20), {"tokens_per_s": 1234.4, "eta_s": 125})
+    assert "width:25.0%" in html and "25% · step 5/20 · 1,234 tokens/s · about 2 min 05 s left" in html
     assert "width:100.0%" in progress_html(_run(state="finished", step=3, max_steps=20), None)
     base = progress_html(_run(base_progress={"step": 1, "max_steps": 4, "tokens_per_s": 10}), None)
-    assert "pretraining the built-in base · 25%" in base and "ETA" not in base
+    assert "pretraining the built-in model first (once) · 25%" in base
+    pt = progress_html(_run(step=5, max_steps=20), {"tokens_per_s": 1234.4, "eta_s": 3725}, "pt-BR")
+    assert "25% · passo 5/20 · 1.234 tokens/s · faltam cerca de 1 h 02 min" in pt
     assert "0%" in progress_html(_run(state="created"), None)
 
 
@@ -66,10 +73,23 @@ def test_opening_run_is_the_active_one_else_the_first_listed():
     empty = _jobs()
     empty.active = lambda: None
     assert opening_run(empty) == (None, [])
+    assert run_choices(jobs) == ["a", "b"]
+
+
+def test_try_it_only_for_a_finished_run_with_a_model(tmp_path):
+    (tmp_path / "adapter").mkdir()
+    assert can_try(_run(path=tmp_path, state="finished", output="adapter"))
+    assert not can_try(_run(path=tmp_path, state="finished", output="model"))  # no model/ folder
+    assert not can_try(_run(path=tmp_path, state="running", output=None))
+    jobs = _jobs()
+    jobs.status = lambda name: _run(path=tmp_path, state="finished", output="adapter")
+    assert can_try_run(jobs, "r1") and not can_try_run(jobs, None)
 
 
 def test_watched_outputs_none_without_a_readable_run(tmp_path):
-    run = _run(name="r", path=tmp_path, step=3, max_steps=10, losses=[{"step": 1, "loss": 2.0, "kind": "train"}])
+    (tmp_path / "events.jsonl").write_text('{"type": "progress", "step": 10, "max_steps": 100, "loss": 2.0, "lr": 0.0008}\n'
+                                           '{"type": "task_score", "when": "before", "accuracy": 0.0, "n": 100, "examples": []}\n')
+    run = _run(name="r", path=tmp_path, step=10, max_steps=100, losses=[{"step": 10, "loss": 2.0, "kind": "train"}])
     jobs = _jobs(run)
 
     def status(name):
@@ -79,6 +99,18 @@ def test_watched_outputs_none_without_a_readable_run(tmp_path):
 
     jobs.status = status
     assert watched_outputs(jobs, None) is None and watched_outputs(jobs, "gone") is None
-    md, html, frame, log, rows = watched_outputs(jobs, "r")
-    assert md == status_md(run) and html == progress_html(run, run.last_progress) and list(frame["loss"]) == [2.0]
-    assert isinstance(log, str) and rows == history_rows(jobs)
+    w = watched_outputs(jobs, "r", "pt-BR", log_scale=False, smoothing=0.5)
+    assert w.status == status_md(run, "pt-BR") and w.progress == progress_html(run, run.last_progress, "pt-BR")
+    assert list(w.plot["loss"]) == [2.0] and list(w.plot["kind"]) == ["treino"]
+    assert w.log.splitlines() == ["passo 10/100 · loss 2,000 · lr 0,0008", "🎯 tarefa das datas (antes): 0% de acertos (0/100)"]
+    assert "antes" in w.task and w.raw_log == "" and not w.can_try
+    assert list(w.history.columns) == list(history_table(jobs, "pt-BR").columns)
+
+
+def test_watched_outputs_carry_the_details_of_the_run(tmp_path):
+    from engine.views.run_history import run_details_md
+
+    run = _run(name="r", path=tmp_path, state="finished", step=5, max_steps=5, output="model")
+    jobs = _jobs(run)
+    jobs.status = lambda name: run
+    assert watched_outputs(jobs, "r", "pt-BR").details == run_details_md(run, "pt-BR")
