@@ -1221,6 +1221,14 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         demo.load(ft["predict"], ft["form_inputs"], [ft["prediction"]], api_name="predict_memory")
         # finished runs appear in the playground as soon as its tab is opened
         pg_tab.select(lambda: model_list_updates(jobs), None, pg["lists"], queue=False)
+        # "Try it in the Playground" on a finished run: the playground opens on that run with its example prompt
+        @ui_errors
+        def on_try(run_name: str | None, request: gr.Request) -> list[Any]:
+            if not run_name:
+                raise gr.Error(tr("finetune.actions.try_none"))
+            return [*model_list_updates(jobs), *pg["try_it"](run_name, lang_of(request)), gr.Tabs(selected="pg")]
+
+        ft["try_btn"].click(on_try, [ft["try_run"]], [*pg["lists"], *pg["try_outputs"], tabs], api_visibility="private")
         # the playground opens on the newest finished run (else the built-in model), with its example, in the visitor's language
         demo.load(pg["on_load"], None, pg["load_outputs"], queue=False, api_visibility="private")
         # a closed session's uploads go (those a run names stay, for Resume)
