@@ -84,11 +84,11 @@ class KeyedConfigError(ConfigError):
     """A ConfigError whose "what is allowed" part has its own key, so that the whole message is translated."""
 
     def __init__(self, field: str, value: Any, allowed: Msg) -> None:
+        self.allowed_msg = allowed  # before ConfigError's __init__, which renders the message once for the CLI
         super().__init__(field, value, str(allowed))
-        self.allowed_msg = allowed
 
-    def render(self, lang: str) -> str:
-        return i18n.t("message.config_error", lang, field=self.field, value=repr(self.value), allowed=self.allowed_msg.render(lang))
+    def allowed_text(self, lang: str) -> str:
+        return self.allowed_msg.render(lang)
 
 
 def model_error(key: str, /, **params: Any) -> ModelLoadError:
