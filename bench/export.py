@@ -49,10 +49,11 @@ def _save(model, tokenizer, dest: Path) -> Path:
 
 def _compact(preset: str, root: Path, runs: Path | None) -> tuple[Path, str]:
     from engine.models.compact import new_compact_model
-    from engine.models.references import builtin_model_dir
+    from engine.models.references import builtin_weights_dir
 
-    if runs is not None and (builtin_model_dir(preset, runs) / "config.json").exists():
-        return builtin_model_dir(preset, runs), f"builtin:{preset} (pretrained)"
+    pretrained = builtin_weights_dir(preset, runs) if runs is not None else None  # a rebuilt copy, else the shipped one
+    if pretrained is not None:
+        return pretrained, f"builtin:{preset} (pretrained)"
     tok = _tokenizer(2048)
     model = new_compact_model(preset, tok, vocab_size=len(tok), seed=0)
     return _save(model, tok, root / preset), f"{preset} (random weights)"

@@ -86,15 +86,15 @@ def build_random(preset: str, dest: Path) -> Path:
 
 def prepare_models(args: argparse.Namespace, tmp: Path) -> dict[str, tuple[Path, str]]:
     """{label: (model folder, description)}."""
-    from engine.models.references import builtin_model_dir
+    from engine.models.references import builtin_weights_dir
 
     models = {"compact-course": (build_random("compact-course", tmp / "course"), "random weights")}
-    mini = builtin_model_dir("compact-mini", args.runs)
-    if not (mini / "config.json").exists() and args.pretrain_mini:
+    mini = builtin_weights_dir("compact-mini", args.runs)  # a rebuilt copy, else the shipped one
+    if mini is None and args.pretrain_mini:
         from engine.training.builtin import ensure_builtin
         from engine.training.run import run_training
-        ensure_builtin("compact-mini", args.runs, pretrain=run_training)
-    found = (mini / "config.json").exists()
+        mini = ensure_builtin("compact-mini", args.runs, pretrain=run_training)
+    found = mini is not None
     models["compact-mini"] = ((mini, "pretrained built-in") if found else
                               (build_random("compact-mini", tmp / "mini"), "random weights (no pretrained built-in found)"))
     return models

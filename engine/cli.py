@@ -194,12 +194,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_builtin(args: argparse.Namespace) -> int:
+    from .models.references import shipped_model_dir
     from .refs import default_runs_dir
     from .training.builtin import ensure_builtin
     from .training.run import run_training
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    path = ensure_builtin(args.preset, default_runs_dir(), pretrain=run_training)
+    if args.ship:
+        from .training.ship import ship_builtin
+
+        dest = shipped_model_dir(args.preset)
+        record = ship_builtin(args.preset, default_runs_dir(), dest, pretrain=run_training, store=args.store,
+                              command=f"python -m engine prepare-builtin {args.preset} --ship --store {args.store}")
+        print(json.dumps(record, indent=2))
+        print(f"shipped built-in model written to {dest}")
+        return 0
+    path = ensure_builtin(args.preset, default_runs_dir(), pretrain=run_training, rebuild=args.rebuild)
     print(f"built-in model ready: {path}")
     return 0
 
@@ -325,8 +335,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataclass_args(p, QuantSettings, prefix="quant.")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("prepare-builtin", help="Pretrain a built-in compact preset on the built-in corpus (cached).")
+    p = sub.add_parser(
+        "prepare-builtin", help="Pretrain a built-in compact preset on the built-in corpus (cached; compact-mini is shipped pretrained).",
+        description="Make sure a built-in compact preset is pretrained. compact-mini ships pretrained in presets/models/ and is "
+                    "used as it is; other presets are pretrained once into <runs>/_builtin/<preset>/. A copy in the runs "
+                    "folder wins over the shipped one.")
     p.add_argument("preset", nargs="?", default="compact-mini")
+    p.add_argument("--rebuild", action="store_true",
+                   help="Pretrain again from scratch into <runs>/_builtin/<preset>/ (used from then on instead of the shipped copy).")
+    p.add_argument("--ship", action="store_true",
+                   help="For maintainers: pretrain again and write the result to presets/models/<preset>/ with its recorded.json "
+                        "(recipe, date, eval loss): the copy the repository ships.")
+    p.add_argument("--store", choices=["fp16", "bf16", "fp32"], default="fp16",
+                   help="With --ship: the precision the shipped weights are stored in (the eval loss of each is recorded).")
     p.set_defaults(func=cmd_prepare_builtin)
 
     p = sub.add_parser("merge", help="Merge a run's LoRA adapter into a 16-bit copy of its base model.")

@@ -292,6 +292,8 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
             summary.error = None
         elif t == "base_progress":
             summary.base_progress = ev
+            if ev.get("loss") is not None:  # the built-in base's pretraining, plotted as its own series
+                summary.losses.append({"step": ev["step"], "loss": ev["loss"], "kind": "pretraining"})
         elif t == "phase":
             summary.phase = ev.get("phase", "")
         elif t == "progress":

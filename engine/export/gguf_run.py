@@ -55,13 +55,13 @@ def gguf_source(ref: str, runs_dir: Path, *, merge: bool = True) -> tuple[Path, 
 
     Raises EngineError saying what is missing (an unfinished run, a built-in model not pretrained yet, ...).
     """
-    from ..models.references import builtin_model_dir
+    from ..models.references import builtin_weights_dir
 
     kind, name = _split_ref(ref)
     runs_dir = Path(runs_dir)
     if kind == "builtin":
-        folder = builtin_model_dir(name, runs_dir)
-        if not (folder / "config.json").exists():
+        folder = builtin_weights_dir(name, runs_dir)
+        if folder is None:
             raise EngineError(f"The built-in model {name!r} has not been pretrained yet: `python -m engine prepare-builtin {name}` "
                               "(or start any run on it) first.")
         return folder, name

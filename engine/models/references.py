@@ -2,7 +2,8 @@
 
 Model references (`ref`):
 
-- ``builtin:NAME``   a built-in compact model, pretrained once into ``<runs>/_builtin/NAME/model``
+- ``builtin:NAME``   a built-in compact model: a copy rebuilt into ``<runs>/_builtin/NAME/model`` if there is one,
+                     else the one shipped in ``presets/models/NAME`` (compact-mini), else pretrained on first use
 - ``run:NAME``       a finished run ``<runs>/NAME``: its ``adapter/`` (peft LoRA, applied on the run's base
                      model, not merged) or its ``model/`` (full fine-tune / scratch)
 - ``run:NAME/merged`` the 16-bit model saved by merging that run's adapter (``<runs>/NAME/merged``)
@@ -54,17 +55,32 @@ class ModelSource:
 
 
 
+# Built-in models shipped with the repository (compact-mini), made by `python -m engine prepare-builtin NAME --ship`
+# (engine/training/builtin.py). Read-only at runtime: a rebuild goes to the runs folder and wins over this copy.
+SHIPPED_MODELS_DIR = Path(__file__).resolve().parents[2] / "presets" / "models"
+
+
 def builtin_model_dir(name: str, runs_dir: Path | None = None) -> Path:
-    """Folder of the pretrained built-in compact model NAME: ``<runs>/_builtin/NAME/model``."""
+    """Folder a built-in compact model NAME is pretrained (or rebuilt) into: ``<runs>/_builtin/NAME/model``."""
     if not is_valid_run_name(name):
         raise ModelLoadError(f"Built-in model name {name!r} is not valid: use letters, digits, '-', '_' and '.'.")
     return Path(runs_dir or default_runs_dir()) / "_builtin" / name / "model"
 
 
+def shipped_model_dir(name: str) -> Path:
+    """Folder of the copy of built-in model NAME shipped in the repository: ``presets/models/NAME`` (may not exist)."""
+    if not is_valid_run_name(name):
+        raise ModelLoadError(f"Built-in model name {name!r} is not valid: use letters, digits, '-', '_' and '.'.")
+    return SHIPPED_MODELS_DIR / name
 
 
-
-
+def builtin_weights_dir(name: str, runs_dir: Path | None = None) -> Path | None:
+    """The folder ``builtin:NAME`` loads: a copy built in the runs folder wins (a `--rebuild`, or a preset pretrained
+    on first use), else the shipped copy; None when there is neither (the preset is pretrained on first use)."""
+    for folder in (builtin_model_dir(name, runs_dir), shipped_model_dir(name)):
+        if (folder / "config.json").exists():
+            return folder
+    return None
 
 
 def read_run_base(run_dir: Path) -> tuple[str | None, QuantSettings | None]:
@@ -105,8 +121,8 @@ def resolve_model(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int 
 
     if ref.startswith(BUILTIN_PREFIX):
         name = ref[len(BUILTIN_PREFIX) :]
-        folder = builtin_model_dir(name, runs_dir)
-        if not (folder / "config.json").exists():
+        folder = builtin_weights_dir(name, runs_dir)
+        if folder is None:
             _check_known_preset(name)
             raise ModelLoadError(key="playground.error.builtin_missing", name=name)
         return ModelSource(str(folder), True, f"built-in {name}")

@@ -31,9 +31,9 @@ def train_model_choices(jobs: JobManager) -> list[str]:
 def playground_models(jobs: JobManager) -> list[str]:
     """Built-in models, finished runs, their merged models, then the catalog's Hub ids (downloaded when online)."""
     from ..estimator.catalog import catalog, compact_presets
-    from ..models.references import builtin_model_dir
+    from ..models.references import builtin_weights_dir
 
-    out = [f"builtin:{p}" for p in compact_presets() if (builtin_model_dir(p, jobs.runs_dir) / "config.json").exists()]
+    out = [f"builtin:{p}" for p in compact_presets() if builtin_weights_dir(p, jobs.runs_dir) is not None]  # shipped or pretrained
     for s in jobs.finished_runs():
         out.append(f"run:{s.name}")
         if (jobs.runs_dir / s.name / "merged" / "config.json").exists():

@@ -189,7 +189,8 @@ def progress_html(s: RunSummary, last: dict | None, lang: str = "en") -> str:
 
 
 def loss_frame(losses: list[dict[str, Any]]) -> pd.DataFrame:
-    """The loss curve (train and eval) as the line plot reads it."""
+    """The loss curve (train, eval, and "pretraining": the built-in base's, while a run pretrains it first) as the line
+    plot reads it."""
     df = pd.DataFrame(losses, columns=["step", "loss", "kind"])
     # numeric axes; the colour column as plain Python objects (pandas 3's inferred StringDtype is not plotted)
     return df.astype({"step": "int64", "loss": "float64", "kind": object})

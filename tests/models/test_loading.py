@@ -62,8 +62,8 @@ def test_detect_device_and_peak_memory_on_this_machine():
 
 
 def test_builtin_missing_tells_how_to_pretrain(tmp_path):
-    with pytest.raises(ModelLoadError, match=r"has not been pretrained yet.*prepare-builtin compact-mini"):
-        load_model("builtin:compact-mini", runs_dir=tmp_path, device=CPU)
+    with pytest.raises(ModelLoadError, match=r"has not been pretrained yet.*prepare-builtin compact-course"):
+        load_model("builtin:compact-course", runs_dir=tmp_path, device=CPU)  # compact-mini is shipped pretrained
     with pytest.raises(ModelLoadError, match="Unknown built-in model"):
         load_model("builtin:no-such-preset", runs_dir=tmp_path, device=CPU)
 

@@ -29,8 +29,8 @@ def test_a_stopped_pretraining_stops_the_run_that_asked_for_it(tmp_path):
     from engine.training.builtin import ensure_builtin
 
     parent = EventLog(tmp_path / "run" / "events.jsonl")
-    with pytest.raises(RunStopped, match="Stopped while pretraining the built-in model 'compact-mini'"):
-        ensure_builtin("compact-mini", tmp_path, parent, pretrain=lambda *a, **k: {"type": "stopped"})
+    with pytest.raises(RunStopped, match="Stopped while pretraining the built-in model 'compact-course'"):  # not shipped pretrained
+        ensure_builtin("compact-course", tmp_path, parent, pretrain=lambda *a, **k: {"type": "stopped"})
 
 
 def test_a_stop_between_phases_raises_run_stopped(tmp_path):

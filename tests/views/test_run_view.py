@@ -114,3 +114,34 @@ def test_watched_outputs_carry_the_details_of_the_run(tmp_path):
     jobs = _jobs(run)
     jobs.status = lambda name: run
     assert watched_outputs(jobs, "r", "pt-BR").details == run_details_md(run, "pt-BR")
+
+
+def test_the_loss_plot_shows_the_built_in_bases_pretraining_while_it_runs(tmp_path):
+    """A run whose built-in base is pretrained first: the pretraining's progress, mirrored into the run's events by
+    EventsCallback, is a "pretraining" series of the loss plot before the run's own training has a single point."""
+    from transformers import TrainerControl, TrainerState
+
+    from engine.config import TrainConfig
+    from engine.hardware.device import DeviceInfo
+    from engine.runs import EventLog, save_config, summarize
+    from engine.training.callbacks import EventsCallback
+
+    run_dir, base_dir = tmp_path / "runs" / "r", tmp_path / "runs" / "_builtin" / "compact-course"
+    save_config(run_dir, TrainConfig(method="full", base_model="builtin:compact-course", dataset="builtin:dates"))
+    parent = EventLog(run_dir / "events.jsonl")
+    parent.write("start", device_kind="cpu")
+    parent.write("phase", phase="pretraining the built-in model 'compact-course' on the built-in corpus (first use only)")
+    cb = EventsCallback(EventLog(base_dir / "events.jsonl"), DeviceInfo("cpu", "x86 CPU", 16.0, True, None), mirror=parent)
+    state = TrainerState(max_steps=400)
+    for step, loss in [(10, 7.5), (20, 6.25)]:
+        state.global_step = step
+        cb.on_log(None, state, TrainerControl(), logs={"loss": loss, "learning_rate": 1e-3})
+    cb.on_log(None, state, TrainerControl(), logs={"eval_loss": 6.5})
+    s = summarize(run_dir, alive=True)
+    jobs = _jobs(s)
+    jobs.status = lambda name: s
+    w = watched_outputs(jobs, "r", "en", log_scale=False, smoothing=0.0)
+    assert "pretraining the built-in model" in w.progress
+    points = w.plot[w.plot["kind"] == "pretraining"]
+    assert list(points["step"]) == [10, 20] and list(points["loss"]) == [7.5, 6.25]
+    assert set(w.plot["kind"]) == {"pretraining"}  # not mistaken for the run's own train or eval curve
