@@ -104,6 +104,8 @@ def launch_options() -> dict[str, Any]:
 # elem_ids/elem_classes and gradio 6's documented class names (.row, .column, .table-wrap).
 CSS = """
 #page-title h1 { margin: 0; }
+/* the language switch sits at the title's right, not on a line of its own */
+@media (min-width: 641px) { #lang-switch { position: absolute; top: 12px; right: 16px; width: auto; z-index: 10; } }
 #page-intro, #page-notice { padding-top: 0; padding-bottom: 0; }
 
 /* the guided strip: three steps, an arrow between them; each step opens its panel, the open panel's step is marked.
@@ -113,6 +115,7 @@ CSS = """
   border-radius: var(--radius-lg); background: var(--block-background-fill); }
 #guide .guide-step:not(:last-child)::after { content: "→"; position: absolute; right: -19px; top: 50%; transform: translateY(-50%);
   font-size: 20px; font-weight: 700; line-height: 1; color: var(--body-text-color-subdued); pointer-events: none; }
+#guide .guide-step { flex-direction: row !important; align-items: center; }  /* a step's sentence beside its button: the form stays in the first screen */
 #guide .guide-step button { flex: 0 0 auto; font-weight: 600; font-size: var(--text-md); }
 #guide .guide-hint { padding: 0; border: 0; background: none; box-shadow: none; }
 #guide .guide-hint p { margin: 0; font-size: var(--text-sm); line-height: 1.4; color: var(--body-text-color); opacity: 0.8; }
@@ -388,11 +391,11 @@ def finetune_settings(jobs: JobManager) -> SimpleNamespace:
         comps.update(make_inputs(TrainConfig, only=["dataset"], values=values, suggest={"dataset": datasets}))
         comps["dataset"].scale = 3  # the names need the room; the upload box beside it stays small
         upload = gr.File(label=T("finetune.form.upload"), file_types=finetune_form.DATA_FILE_TYPES, height=150, scale=2, elem_id="finetune-upload")
-    with gr.Row():
-        comps.update(make_inputs(TrainConfig, only=top[4:], values=values))
-    with gr.Row():
+    with gr.Row():  # before how long to train: Start stays in the first screen at 1440x900, in both languages
         start = gr.Button(T("finetune.start"), variant="primary", elem_id="finetune-start")
         stop = gr.Button(T("finetune.stop"), variant="stop", elem_id="finetune-stop")
+    with gr.Row():
+        comps.update(make_inputs(TrainConfig, only=top[4:], values=values))
     prediction = gr.Markdown(elem_id="finetune-prediction")  # what the run will need, right under the button that starts it
     gr.Markdown(T("finetune.one_run_shared") if jobs.owner_only else T("finetune.one_run_local"), elem_classes=["finetune-note"])
     return SimpleNamespace(comps=comps, upload=upload, prediction=prediction, start=start, stop=stop)
