@@ -124,11 +124,7 @@ def resolve_model(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int 
         folder = builtin_weights_dir(name, runs_dir)
         if folder is None:
             _check_known_preset(name)
-            raise ModelLoadError(
-                f"The built-in model {name} has not been pretrained yet: start a 'scratch' run with base model "
-                f"builtin:{name} (or any fine-tune of it, which pretrains it first), or run "
-                f"`python -m engine prepare-builtin {name}`. It takes a few minutes on a CPU."
-            )
+            raise ModelLoadError(key="firstrun.msg.not_pretrained", name=name)
         return ModelSource(str(folder), True, f"built-in {name}")
 
     if ref.startswith(RUN_PREFIX):
@@ -202,7 +198,7 @@ def _check_known_preset(name: str) -> None:
 
     presets = compact_presets()
     if name not in presets:
-        raise ModelLoadError(f"Unknown built-in model {name!r}. Built-in models: {', '.join(presets)}.")
+        raise ModelLoadError(key="firstrun.msg.unknown_builtin", name=name, known=", ".join(presets))
 
 
 def adapter_base(adapter_dir: Path) -> str | None:
