@@ -124,7 +124,7 @@ def resolve_model(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int 
         folder = builtin_weights_dir(name, runs_dir)
         if folder is None:
             _check_known_preset(name)
-            raise ModelLoadError(key="playground.error.builtin_missing", name=name)
+            raise ModelLoadError(key="firstrun.msg.not_pretrained", name=name)
         return ModelSource(str(folder), True, f"built-in {name}")
 
     if ref.startswith(RUN_PREFIX):
@@ -195,7 +195,7 @@ def _check_known_preset(name: str) -> None:
 
     presets = compact_presets()
     if name not in presets:
-        raise ModelLoadError(f"Unknown built-in model {name!r}. Built-in models: {', '.join(presets)}.")
+        raise ModelLoadError(key="firstrun.msg.unknown_builtin", name=name, known=", ".join(presets))
 
 
 def adapter_base(adapter_dir: Path) -> str | None:

@@ -69,7 +69,7 @@ def ensure_builtin(preset: str, runs_dir: Path, parent_events: EventLog | None =
     resume = last_complete_checkpoint(run_dir) is not None if run_dir.exists() else False
     result = pretrain(builtin_pretrain_config(preset), run_dir, runs_dir=runs_dir, resume=resume, mirror=parent_events)
     if result.get("type") == "stopped":  # the run that asked for the base was stopped (its STOP file stops this too)
-        raise RunStopped(f"Stopped while pretraining the built-in model '{preset}'; Resume continues from its last checkpoint.")
+        raise RunStopped(key="firstrun.msg.pretraining_stopped", name=preset)
     if not (model_dir / "config.json").exists():
-        raise JobError(f"Pretraining the built-in model '{preset}' did not finish; see {run_dir / 'train.log'}.")
+        raise JobError(key="firstrun.msg.pretraining_unfinished", name=preset, log=str(run_dir / "train.log"))
     return model_dir

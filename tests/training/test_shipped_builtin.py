@@ -91,3 +91,15 @@ def test_prepare_builtin_rebuild_and_ship_flags(monkeypatch, tmp_path):
     assert seen["preset"] == "compact-course" and seen["rebuild"] is True
     args = cli.build_parser().parse_args(["prepare-builtin", "--ship"])
     assert args.preset == "compact-mini" and args.ship and args.store == "fp16"
+
+
+def test_a_preset_not_pretrained_says_how_in_the_visitors_language(tmp_path):
+    import pytest
+
+    from engine.errors import ModelLoadError
+    from engine.models.references import resolve_model
+
+    with pytest.raises(ModelLoadError) as info:
+        resolve_model("builtin:compact-course", tmp_path, False)
+    assert "prepare-builtin compact-course" in info.value.render("en")
+    assert "ainda não foi pré-treinado" in info.value.render("pt-BR")
