@@ -54,6 +54,7 @@ def test_an_error_beside_the_prompt_keeps_the_conversation(browser, url, lang):
         model = page.locator("#playground-model input")
         model.fill("run:ghost")
         model.press("Enter")
+        page.wait_for_timeout(2000)  # picking a model fills its example prompt: type after that, as a person would
         prompt.fill("second question")
         page.get_by_role("button", name=text["send"], exact=True).click()
         page.locator("#playground-notice").get_by_text(text["error"]).wait_for(timeout=60_000)

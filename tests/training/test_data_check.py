@@ -35,5 +35,5 @@ def test_the_report_in_portuguese(tmp_path):
     cfg = TrainConfig(method="full", dataset=str(write_jsonl(tmp_path / "d.jsonl", rows)), too_long="drop", max_seq_len=32, eval_fraction=0.1)
     ins = inspect_dataset(cfg, tmp_path / "runs", lang="pt-BR")
     assert "Formato **instruction** de d.jsonl · 1/2 linhas mantidas" in ins.summary and "descartadas em 32 tokens" in ins.summary
-    assert "loss sobre só as respostas" in ins.summary and "um tokenizador treinado" in ins.summary
+    assert "loss sobre só as respostas" in ins.summary and "tokenizador de builtin:compact-mini" in ins.summary
     assert "passos por época" in ins.summary and "Avaliação: 10% das linhas separadas." in ins.summary
