@@ -153,5 +153,5 @@ def test_generation_and_loading_errors_in_portuguese(tmp_path):
         load_for_playground(jobs, "", "none")
     assert "Nenhum modelo escolhido" in err.value.render("pt-BR")
     with pytest.raises(ModelLoadError) as err:
-        load_for_playground(jobs, "builtin:compact-mini", "none")  # not pretrained in this empty runs folder
-    assert "ainda não foi pré-treinado" in err.value.render("pt-BR") and "prepare-builtin compact-mini" in err.value.render("pt-BR")
+        load_for_playground(jobs, "builtin:compact-course", "none")  # not shipped, not pretrained in this empty runs folder
+    assert "ainda não foi pré-treinado" in err.value.render("pt-BR") and "prepare-builtin compact-course" in err.value.render("pt-BR")
