@@ -16,7 +16,7 @@ def test_inspect_honours_mapping_too_long_and_eval(tmp_path):
     path = write_jsonl(tmp_path / "pr.jsonl", rows)
     cfg = TrainConfig(method="full", dataset=str(path), columns="instruction=pergunta, output=resposta", too_long="drop", max_seq_len=32,
                       eval_dataset="builtin:instructions")
-    # an empty runs dir: the tokenizer is trained the way a run on a not-yet-pretrained built-in does.
+    # an empty runs dir: the base (builtin:compact-mini) is the shipped pretrained copy, with its own tokenizer.
     # The eval set is a built-in sample in the standard columns: the mapping is not applied to it.
     ins = inspect_dataset(cfg, tmp_path / "runs")
     assert "Eval: **194 instruction rows from builtin:instructions" in ins.summary

@@ -103,3 +103,12 @@ def test_a_preset_not_pretrained_says_how_in_the_visitors_language(tmp_path):
         resolve_model("builtin:compact-course", tmp_path, False)
     assert "prepare-builtin compact-course" in info.value.render("en")
     assert "ainda não foi pré-treinado" in info.value.render("pt-BR")
+
+
+def test_the_playground_offers_the_shipped_model_before_any_run(tmp_path):
+    from types import SimpleNamespace
+
+    from engine.views.choices import playground_models
+
+    models = playground_models(SimpleNamespace(runs_dir=tmp_path, finished_runs=lambda: []))
+    assert "builtin:compact-mini" in models and "builtin:compact-course" not in models  # only what can be loaded
