@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed
 
 
 def _toast(page, text: str) -> None:
-    page.get_by_text(text).first.wait_for(timeout=30_000)
+    page.get_by_text(text).first.wait_for(timeout=90_000)
 
 
 def test_only_the_starting_browser_can_stop_its_run(runs_dir):

@@ -19,10 +19,10 @@ TEXTS = {  # what a person reads, per language
 
 
 @pytest.fixture(scope="module")
-def url(runs_dir):
+def url(tmp_path_factory):
     import app
 
-    demo = app.build_app(runs_dir)
+    demo = app.build_app(tmp_path_factory.mktemp("playground-browser"))  # no finished run: the built-in model is the default
     demo.queue(default_concurrency_limit=1)
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **app.launch_options())
     yield demo.local_url
