@@ -20,6 +20,7 @@ import inspect
 import logging
 import os
 import secrets
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,7 +36,7 @@ from engine.estimator.handoff import check_ui_estimator_model
 from engine.fields import field_specs, from_flat
 from engine.refs import default_runs_dir
 from engine.training.jobs import JobManager
-from engine.views import choices, estimate_view, finetune_form, playground, playground_load, run_charts, run_control, run_history, run_view
+from engine.views import choices, estimate_view, finetune_form, playground, playground_load, refresh, run_charts, run_control, run_history, run_view
 from engine.views.signals import StopSignals
 from engine.views.uploads import keep_upload, session_dir, sweep_uploads
 
@@ -479,9 +480,10 @@ def run_actions(jobs: JobManager) -> SimpleNamespace:
         with gr.Column(scale=2, min_width=160):
             try_btn = gr.Button(T("finetune.actions.try"), variant="primary", visible=False, elem_id="finetune-try")
     with gr.Row():
-        resume = gr.Button(T("finetune.actions.resume"), size="sm")
-        retry = gr.Button(T("finetune.actions.retry"), size="sm")
-        delete = gr.Button(T("finetune.actions.delete"), size="sm", variant="stop")
+        # shown only where they apply to the picked run (run_view.run_buttons): no Resume on a finished run
+        resume = gr.Button(T("finetune.actions.resume"), size="sm", visible=False, elem_id="finetune-resume")
+        retry = gr.Button(T("finetune.actions.retry"), size="sm", visible=False, elem_id="finetune-retry")
+        delete = gr.Button(T("finetune.actions.delete"), size="sm", variant="stop", visible=False, elem_id="finetune-delete")
     return SimpleNamespace(run_pick=run_pick, try_btn=try_btn, resume=resume, retry=retry, delete=delete)
 
 
@@ -580,23 +582,50 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
     def init_owner(key):  # a new browser gets a random key, kept in its local storage
         return (key or secrets.token_urlsafe(18),) * 2
 
-    def on_poll(name, pick, log_scale, smoothing, request: gr.Request):
-        lang = lang_of(request)
+    def buttons(pick):  # try it, resume, retry, delete: each shown where it applies to the picked run
+        return tuple(gr.update(visible=v) for v in run_view.run_buttons(jobs, pick))
+
+    def poll_values(name, pick, log_scale, smoothing, lang):  # None, or (the parts' values, whether the run trains)
         w = run_view.watched_outputs(jobs, name, lang, log_scale=bool(log_scale), smoothing=float(smoothing or 0))
         if w is None:
-            return (gr.skip(),) * 8 + (gr.update(visible=run_view.can_try_run(jobs, pick)),)
-        plot = gr.update(value=w.plot, title=tr("finetune.plot.title"), x_title=tr("finetune.plot.x"), y_title=run_charts.y_title(bool(log_scale), lang),
-                         color_title=tr("finetune.plot.series"))
-        if pick == name:
-            can, details = w.can_try, w.details
-        else:  # the picked run is not the watched one (a resumed interrupted run is watched): its own facts
-            can, details = run_view.can_try_run(jobs, pick), run_history.selected_details(jobs, pick, lang)
-        return w.status, w.progress, plot, w.task, w.log, w.raw_log, w.history, details, gr.update(visible=can)
+            return None
+        # the picked run may not be the watched one (a resumed interrupted run is watched): its own facts
+        details = w.details if pick == name else run_history.selected_details(jobs, pick, lang)
+        return [w.status, w.progress, w.plot, w.task, w.log, w.raw_log, w.history, details], w.running
+
+    def plot_update(frame, log_scale, lang):
+        return gr.update(value=frame, title=tr("finetune.plot.title"), x_title=tr("finetune.plot.x"),
+                         y_title=run_charts.y_title(bool(log_scale), lang), color_title=tr("finetune.plot.series"))
+
+    def on_poll(name, pick, log_scale, smoothing, request: gr.Request):  # everything, now (a plot option was changed)
+        lang = lang_of(request)
+        polled = poll_values(name, pick, log_scale, smoothing, lang)
+        if polled is None:
+            return (gr.skip(),) * 8 + buttons(pick)
+        values = polled[0]
+        values[2] = plot_update(values[2], log_scale, lang)
+        return *values, *buttons(pick)
+
+    def on_tick(name, pick, log_scale, smoothing, seen, request: gr.Request):
+        """The timer: only what changed (refresh.py); it sleeps once the watched run neither trains nor merges and
+        everything is shown (each tick costs the browser CPU that a laptop's training needs). Start, Resume, Retry, Merge,
+        the page load and watching another run call it at once, which wakes it."""
+        lang = lang_of(request)
+        polled = poll_values(name, pick, log_scale, smoothing, lang)
+        if polled is None:
+            return (gr.skip(),) * 8 + buttons(pick) + (seen, gr.Timer(active=False))
+        values, running = polled
+        send, seen = refresh.changed_parts(seen, [*values, name, lang, log_scale, smoothing], now=time.monotonic(), plot_index=2,
+                                           running=running)
+        if any(send[8:]):  # another run, language or plot option: everything is new
+            send = [True] * 8
+        values[2] = plot_update(values[2], log_scale, lang)
+        parts = [v if sent else gr.skip() for v, sent in zip(values, send[:8], strict=True)]
+        return *parts, *buttons(pick), seen, gr.Timer(active=running or any(send))
 
     def on_pick(name, request: gr.Request):  # the picked run: its details, its GGUF note and whether it can be tried
         lang = lang_of(request)
-        return (run_history.selected_details(jobs, name, lang), run_control.gguf_note(jobs, name, lang),
-                gr.update(visible=run_view.can_try_run(jobs, name)))
+        return run_history.selected_details(jobs, name, lang), run_control.gguf_note(jobs, name, lang), *buttons(name)
 
     def on_history_select(evt: gr.SelectData):  # a row of the history: watch and pick that run
         name = (evt.row_value or [None])[0] if isinstance(evt.row_value, list) else None
@@ -639,7 +668,7 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
         path, message = run_control.export_gguf_for_download(jobs, name, gguf_type, owner=session_key(owner_v, request), lang=lang_of(request))
         return gr.update(value=str(path), visible=True), message
 
-    return SimpleNamespace(on_load=on_load, init_owner=init_owner, on_poll=on_poll, on_pick=on_pick, on_history_select=on_history_select,
+    return SimpleNamespace(on_load=on_load, init_owner=init_owner, on_poll=on_poll, on_tick=on_tick, on_pick=on_pick, on_history_select=on_history_select,
                            on_stop=on_stop, on_resume=on_resume, on_retry=on_retry, on_delete=on_delete, on_zip=on_zip, on_merge=on_merge,
                            on_offer=on_offer, on_gguf=on_gguf)
 
@@ -683,28 +712,35 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     distill_only = [form[n] for n in finetune_form.DISTILL_ONLY]
     for comp in distill_only:  # shown for method 'distill' only (read when the page is built; toggled below)
         comp.visible = finetune_form.FT_DEFAULTS.get("method") == "distill"
-    timer = gr.Timer(1.0)
+    # every 2 s, and asleep when nothing moves (on_tick): each tick costs the browser about 0.1-0.2 s of CPU whatever it
+    # carries, which a 2-core laptop takes from the training (bench/watch_cost.py)
+    timer = gr.Timer(2.0)
     fh, rh = form_handlers(jobs, upload_dir, allow_local_models, list(form)), run_handlers(jobs)
-    poll_inputs, poll_outputs = [watched, run_pick, view.log_scale, view.smoothing], [*view.outputs, history, details, act.try_btn]
+    run_buttons = [act.try_btn, act.resume, act.retry, act.delete]
+    poll_inputs, poll_outputs = [watched, run_pick, view.log_scale, view.smoothing], [*view.outputs, history, details, *run_buttons]
 
-    f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", **JOBS)
+    seen = gr.State(None)  # what this browser was last sent (refresh.changed_parts)
+    # a refresh at once, which also wakes the timer while the run trains or merges (see on_tick)
+    wake = {"fn": rh.on_tick, "inputs": [*poll_inputs, seen], "outputs": [*poll_outputs, seen, timer], **QUIET, "api_visibility": "private"}
+    f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", **JOBS).then(**wake)
     f.stop.click(rh.on_stop, [watched, owner], None, api_name="stop_training")
-    act.resume.click(rh.on_resume, [run_pick, owner], [watched], api_name="resume_training", **JOBS)
+    act.resume.click(rh.on_resume, [run_pick, owner], [watched], api_name="resume_training", **JOBS).then(**wake)
     banner.btn.click(rh.on_resume, [banner.offered, owner], [watched], api_name="resume_interrupted", **JOBS).then(
-        rh.on_offer, None, banner.outputs, **QUIET)
+        rh.on_offer, None, banner.outputs, **QUIET).then(**wake)
     act.delete.click(rh.on_delete, [run_pick, owner], [watched, run_pick, history], api_name="delete_run")
-    act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", **JOBS)
+    act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", **JOBS).then(**wake)
     more.inspect_btn.click(fh.on_inspect, inputs, more.inspect_out, api_name="inspect_data")
-    run_pick.input(lambda n: n, [run_pick], [watched], queue=False)
-    run_pick.change(rh.on_pick, [run_pick], [details, exp.gguf_note, act.try_btn], **QUIET, api_visibility="private")
-    history.select(rh.on_history_select, None, [watched, run_pick], **QUIET, api_visibility="private")
+    run_pick.input(lambda n: n, [run_pick], [watched], queue=False).then(**wake)
+    run_pick.change(rh.on_pick, [run_pick], [details, exp.gguf_note, *run_buttons], **QUIET, api_visibility="private")
+    history.select(rh.on_history_select, None, [watched, run_pick], **QUIET, api_visibility="private").then(**wake)
     exp.zip_btn.click(rh.on_zip, [run_pick, owner], [exp.download], api_name="download_run")
-    exp.merge_btn.click(rh.on_merge, [run_pick, owner], None, api_name="merge_adapter", **GPU)
+    exp.merge_btn.click(rh.on_merge, [run_pick, owner], None, api_name="merge_adapter", **GPU).then(**wake)
     exp.gguf_btn.click(rh.on_gguf, [run_pick, exp.gguf_type, owner], [exp.download, exp.gguf_note], api_name="export_gguf", **GPU)
     more.show_cmd.click(fh.on_show_cmd, inputs, [more.command], api_name="show_command")
     more.preset_btn.click(fh.on_preset, [more.preset, *inputs], [more.preset_note, *form.values()], api_name="apply_preset").then(
         fh.on_predict, inputs, [f.prediction], **QUIET)
-    timer.tick(rh.on_poll, poll_inputs, poll_outputs, **QUIET).then(None, None, None, js=FOLLOW_LOG_JS, queue=False, api_visibility="private")
+    timer.tick(rh.on_tick, [*poll_inputs, seen], [*poll_outputs, seen, timer], **QUIET).then(None, None, None, js=FOLLOW_LOG_JS, queue=False,
+                                                                                           api_visibility="private")
     view.log_scale.input(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     view.smoothing.release(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     form["method"].change(lambda m: [gr.update(visible=m == "distill")] * len(distill_only), [form["method"]], distill_only, **QUIET, api_visibility="private")
@@ -712,7 +748,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
         comp.change(fh.on_predict, inputs, [f.prediction], **QUIET)
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": rh.on_load, "init_owner": rh.init_owner,
             "owner": owner, "predict": fh.on_predict, "form_inputs": inputs, "prediction": f.prediction,
-            "offer": rh.on_offer, "offer_outputs": banner.outputs, "try_btn": act.try_btn, "try_run": run_pick}
+            "offer": rh.on_offer, "offer_outputs": banner.outputs, "try_btn": act.try_btn, "try_run": run_pick, "wake": wake}
 
 
 # ---- Panel 3: playground -------------------------------------------------------------------------
@@ -1218,7 +1254,8 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         # gradio translates a tab's label when the tab is first shown: the others come from the server, in the page's language
         demo.load(lambda: [gr.Tab(label=tr(f"{k}.tab")) for k in ("estimator", "finetune", "playground")], None, [est_tab, ft_tab, pg_tab],
                   queue=False, api_visibility="private")
-        demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"], ft["form"]["base_model"], ft["form"]["teacher_model"]])
+        demo.load(ft["on_load"], None, [ft["watched"], ft["run_pick"], ft["history"], ft["form"]["base_model"], ft["form"]["teacher_model"]]).then(
+            **ft["wake"])  # the opening run at once (the timer may have gone to sleep before it was set)
         demo.load(ft["init_owner"], [browser_key], [browser_key, ft["owner"]], api_visibility="private", queue=False)
         demo.load(ft["offer"], None, ft["offer_outputs"], api_name="interrupted_run")
         demo.load(ft["predict"], ft["form_inputs"], [ft["prediction"]], api_name="predict_memory")

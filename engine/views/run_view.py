@@ -82,7 +82,7 @@ class WatchedRun:
     raw_log: str  # the last lines of train.log (server folders hidden)
     history: pd.DataFrame  # the history table, headers in the visitor's language
     details: str  # markdown: the run's facts that the history's short row leaves out
-    can_try: bool  # finished with a model to load: "Try it in the Playground" is offered
+    running: bool  # training or merging: the page keeps refreshing, and redraws its plot less often (refresh.changed_parts)
 
 
 def can_try(s: RunSummary) -> bool:
@@ -90,14 +90,17 @@ def can_try(s: RunSummary) -> bool:
     return s.state == "finished" and s.output in ("adapter", "model") and (s.path / s.output).is_dir()
 
 
-def can_try_run(jobs: JobManager, name: str | None) -> bool:
-    """can_try for a run by name; False when none is picked or it cannot be read."""
+def run_buttons(jobs: JobManager, name: str | None) -> tuple[bool, bool, bool, bool]:
+    """Which of the picked run's buttons apply: (try it, resume, retry with a smaller batch, delete). A finished run
+    offers no resume and a run that did not run out of memory no retry, so a person never presses a button only to
+    read that it does not apply; nothing picked (or unreadable) shows none."""
     if not name:
-        return False
+        return False, False, False, False
     try:
-        return can_try(jobs.status(name))
+        s = jobs.status(name)
     except EngineError:
-        return False
+        return False, False, False, False
+    return can_try(s), s.resumable, s.state == "failed" and s.error_kind == "oom", s.state != "running"
 
 
 def watched_outputs(jobs: JobManager, name: str | None, lang: str = "en", *, log_scale: bool = False,
@@ -117,7 +120,7 @@ def watched_outputs(jobs: JobManager, name: str | None, lang: str = "en", *, log
                       plot=loss_plot_frame(loss_frame(s.losses), log_scale=log_scale, smoothing=smoothing, lang=lang),
                       task=task_html(events, lang), log=log_text(events, lang, scrub=lambda text: scrub_paths(text, runs_dir)),
                       raw_log=scrub_paths(log_tail(s.path, 40), runs_dir), history=history_table(jobs, lang), details=run_details_md(s, lang),
-                      can_try=can_try(s))
+                      running=s.state == "running" or jobs.active_merge() == name)
 
 
 def merge_status_md(jobs: JobManager, name: str | None, lang: str = "en") -> str:

@@ -94,7 +94,7 @@ def test_train_from_the_form_then_generate(page, runs_dir):
     page.get_by_role("option", name="run:").first.click()
     page.get_by_role("textbox", name="Prompt", exact=True).fill("Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).")
     page.get_by_role("button", name="Generate", exact=True).click()
-    page.locator("#playground-stats").get_by_text("tokens/s").wait_for(timeout=60_000)
+    page.locator("#playground-stats").get_by_text("ended:").wait_for(timeout=60_000)
     _shot(page, "playground")
 
 

@@ -4,7 +4,7 @@ when the run has finished, send the prompt it filled in, read `2023-09-05`; then
 Playground opens on that finished run and answers the same; and an error (a model that cannot be loaded) shows beside
 the prompt while the conversation and the prompt stay.
 
-Marked slow: it trains for real (about a minute on a quiet 2-core CPU). Prints the time from Start to the first
+Marked slow: it trains for real (under two minutes on a quiet 2-core CPU). Prints the time from Start to the first
 answer. Screenshots of the finished run and of the answer go to docs/screenshots/ (or $SCREENSHOT_DIR) as
 firstrun-finetune-<lang>.png and firstrun-playground-<lang>.png.
 """
@@ -26,7 +26,7 @@ SHOTS = Path(os.environ.get("SCREENSHOT_DIR") or ROOT / "docs" / "screenshots")
 LOCALES = {"en": "en-US", "pt-BR": "pt-BR"}
 ANSWER = "2023-09-05"
 EXAMPLE = "Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD)."  # the README's example, when "Try it" could not run
-RUN_TIMEOUT_MS = 1_200_000  # a first run on a busy 2-core machine; about a minute on a quiet one
+RUN_TIMEOUT_MS = 1_200_000  # a first run on a busy 2-core machine; under two minutes on a quiet one
 ANSWER_TIMEOUT_MS = 180_000
 READER_RUNS = "~/compact-llm-lab/runs"
 IDLE_JS = """() => [...document.querySelectorAll('[data-testid="status-tracker"]')]

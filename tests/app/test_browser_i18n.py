@@ -36,8 +36,14 @@ ESTIMATED_JS = """() => { const p = document.getElementById('est-panel'); return
 
 
 @pytest.fixture(scope="module")
-def app_url(runs_dir):
-    with running_app(runs_dir) as demo:
+def page_runs(tmp_path_factory) -> Path:
+    """Its own empty runs folder: the README's pictures show the page a new reader opens, whatever ran before."""
+    return tmp_path_factory.mktemp("i18n-runs")
+
+
+@pytest.fixture(scope="module")
+def app_url(page_runs):
+    with running_app(page_runs) as demo:
         yield demo.local_url
 
 
@@ -115,19 +121,19 @@ def expected_texts(lang: str, runs_dir: Path) -> dict[str, str]:
 
 # ---- (a) the browser's language, the switch, a reload ---------------------------------------------------------------
 
-def test_page_opens_in_the_browsers_language_and_the_switch_keeps_the_other(browser, app_url, lang, runs_dir):
+def test_page_opens_in_the_browsers_language_and_the_switch_keeps_the_other(browser, app_url, lang, page_runs):
     other = "pt-BR" if lang == "en" else "en"
     page = open_page(browser, app_url, lang, DESKTOP)  # its own context: the switch writes the browser's local storage
     try:
         page.wait_for_function("(t) => document.getElementById('guide-estimate').innerText.trim() === t", arg=i18n.t("app.guide.estimate", lang))
-        assert page_texts(page) == expected_texts(lang, runs_dir)  # static texts (gr.I18n) and the server-built line (tr)
+        assert page_texts(page) == expected_texts(lang, page_runs)  # static texts (gr.I18n) and the server-built line (tr)
         assert page.locator("#lang-switch input:checked").get_attribute("value") == lang
         with page.expect_navigation():  # the switch reloads the page in the chosen language
             page.locator("#lang-switch label").filter(has_text="English" if other == "en" else "Português").click()
         for _ in range(2):  # after the switch's own reload, then after the visitor's
             page.wait_for_function(ESTIMATED_JS, timeout=90_000)
             page.wait_for_function("(t) => document.getElementById('guide-estimate').innerText.trim() === t", arg=i18n.t("app.guide.estimate", other))
-            assert page_texts(page) == expected_texts(other, runs_dir)
+            assert page_texts(page) == expected_texts(other, page_runs)
             assert page.locator("#lang-switch input:checked").get_attribute("value") == other
             page.reload()
     finally:

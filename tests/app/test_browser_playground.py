@@ -12,9 +12,11 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed
 
 TEXTS = {  # what a person reads, per language
     "en": {"tab": "Playground", "send": "Generate", "example": "Explain in two sentences what a language model is.", "error": "no run named 'ghost'",
-           "greedy": "precise (greedy)", "sampling": "Sampling settings beyond the preset"},
+           "greedy": "precise (greedy)", "sampling": "Sampling settings beyond the preset",
+           "ended": "ended:"},
     "pt-BR": {"tab": "Playground", "send": "Gerar", "example": "Explique em duas frases o que é um modelo de linguagem.",
-              "error": "Não existe execução chamada 'ghost'", "greedy": "preciso (greedy)", "sampling": "Ajustes de amostragem além do modo"},
+              "error": "Não existe execução chamada 'ghost'", "greedy": "preciso (greedy)", "sampling": "Ajustes de amostragem além do modo",
+              "ended": "fim:"},
 }
 
 
@@ -48,7 +50,8 @@ def test_an_error_beside_the_prompt_keeps_the_conversation(browser, url, lang):
         prompt = page.locator("#playground-prompt textarea")
         playwright_api.expect(prompt).to_have_value(text["example"], timeout=30_000)  # the example is the value, not a placeholder
         page.get_by_role("button", name=text["send"], exact=True).click()
-        page.locator("#playground-stats").get_by_text("tokens/s").wait_for(timeout=120_000)
+        # the stats show tokens/s while the answer streams: wait for the line that says why it ended
+        page.locator("#playground-stats").get_by_text(text["ended"]).wait_for(timeout=120_000)
         answer = page.locator("#playground-chat").inner_text()
 
         model = page.locator("#playground-model input")

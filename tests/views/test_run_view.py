@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from engine.errors import JobError
 from engine.runs import RunSummary
 from engine.views.run_history import history_table
-from engine.views.run_view import can_try, can_try_run, loss_frame, opening_run, progress_html, run_choices, status_md, watched_outputs
+from engine.views.run_view import can_try, loss_frame, opening_run, progress_html, run_buttons, run_choices, status_md, watched_outputs
 
 
 def _run(**kw) -> RunSummary:
@@ -81,9 +81,30 @@ def test_try_it_only_for_a_finished_run_with_a_model(tmp_path):
     assert can_try(_run(path=tmp_path, state="finished", output="adapter"))
     assert not can_try(_run(path=tmp_path, state="finished", output="model"))  # no model/ folder
     assert not can_try(_run(path=tmp_path, state="running", output=None))
+
+
+def test_the_picked_runs_buttons_are_the_ones_that_apply(tmp_path):
+    """(try it, resume, retry with a smaller batch, delete) for the picked run."""
+    (tmp_path / "adapter").mkdir()
+    runs = {"done": _run(path=tmp_path, state="finished", output="adapter"),
+            "going": _run(path=tmp_path, state="running"),
+            "stopped": _run(path=tmp_path, state="stopped", resumable=True),
+            "oom": _run(path=tmp_path, state="failed", error_kind="oom", resumable=True),
+            "nan": _run(path=tmp_path, state="failed", error_kind="nan", resumable=True)}
+
+    def status(name):
+        if name not in runs:
+            raise JobError(f"There is no run {name!r}.")
+        return runs[name]
+
     jobs = _jobs()
-    jobs.status = lambda name: _run(path=tmp_path, state="finished", output="adapter")
-    assert can_try_run(jobs, "r1") and not can_try_run(jobs, None)
+    jobs.status = status
+    assert run_buttons(jobs, "done") == (True, False, False, True)  # no Resume on a finished run
+    assert run_buttons(jobs, "going") == (False, False, False, False)  # Stop is beside Start
+    assert run_buttons(jobs, "stopped") == (False, True, False, True)
+    assert run_buttons(jobs, "oom") == (False, True, True, True)
+    assert run_buttons(jobs, "nan") == (False, True, False, True)  # a smaller batch does not help a diverged loss
+    assert run_buttons(jobs, None) == run_buttons(jobs, "gone") == (False, False, False, False)
 
 
 def test_watched_outputs_none_without_a_readable_run(tmp_path):
@@ -103,7 +124,7 @@ def test_watched_outputs_none_without_a_readable_run(tmp_path):
     assert w.status == status_md(run, "pt-BR") and w.progress == progress_html(run, run.last_progress, "pt-BR")
     assert list(w.plot["loss"]) == [2.0] and list(w.plot["kind"]) == ["treino"]
     assert w.log.splitlines() == ["passo 10/100 · loss 2,000 · lr 0,0008", "🎯 tarefa das datas (antes): 0% de acertos (0/100)"]
-    assert "antes" in w.task and w.raw_log == "" and not w.can_try
+    assert "antes" in w.task and w.raw_log == "" and w.running
     assert list(w.history.columns) == list(history_table(jobs, "pt-BR").columns)
 
 
