@@ -126,7 +126,7 @@ class JobManager:
     def status(self, name: str) -> RunSummary:
         run_dir = run_path(self.runs_dir, name)
         if not (run_dir / "config.yaml").exists():
-            raise JobError(f"There is no run named {name!r} in {self.runs_dir}.")
+            raise JobError(key="message.jobs.no_run", name=name)
         return summarize(run_dir, alive=self._alive(run_dir))
 
     def list_runs(self) -> list[RunSummary]:
@@ -160,8 +160,7 @@ class JobManager:
     def check_control(self, name: str, owner: str | None, action: str) -> None:
         """Raise JobError unless `owner` may act on run `name`."""
         if not self.may_control(name, owner):
-            raise JobError(f"Run '{name}' was started from another browser or session: only that browser can {action} it. "
-                           "You can still watch it, and load it in the Playground once it has finished.")
+            raise JobError(key=f"message.jobs.not_yours.{action}", name=name)
 
     def start(self, cfg: TrainConfig, owner: str | None = None) -> str:
         """Start a new run; refuses while another run is going. Returns the run name. `owner`: the key of the
@@ -169,12 +168,12 @@ class JobManager:
         with self._lock:
             busy = self.active()
             if busy:
-                raise JobError(f"Run '{busy}' is still training. Stop it (or wait for it to finish) before starting another: one job at a time keeps the GPU from running out of memory.")
+                raise JobError(key="message.jobs.busy_start", busy=busy)
             self._refuse_while_merging()
             name = self.new_run_name(cfg)
             run_dir = run_path(self.runs_dir, name)
             if run_dir.exists() and any(run_dir.iterdir()):
-                raise JobError(f"A run named '{name}' already exists. Pick another run name, or resume it from the run history.")
+                raise JobError(key="message.jobs.name_taken", name=name)
             run_dir.mkdir(parents=True, exist_ok=True)
             save_config(run_dir, cfg)
             if owner:
@@ -187,11 +186,11 @@ class JobManager:
         with self._lock:
             busy = self.active()
             if busy:
-                raise JobError(f"Run '{busy}' is still training; stop it before resuming '{name}'.")
+                raise JobError(key="message.jobs.busy_resume", busy=busy, name=name)
             self._refuse_while_merging()
             summary = self.status(name)
             if summary.state in ("finished",):
-                raise JobError(f"Run '{name}' already finished; start a new run to train more.")
+                raise JobError(key="message.jobs.already_finished", name=name)
             self._launch(summary.path, resume=True)
             return name
 
@@ -204,10 +203,10 @@ class JobManager:
 
         summary = self.status(name)
         if summary.state != "failed" or summary.error_kind != "oom":
-            raise JobError(f"Run '{name}' did not run out of memory; this retry is only for out-of-memory failures.")
+            raise JobError(key="message.jobs.not_oom", name=name)
         cfg = load_config(summary.path / "config.yaml")
         if cfg.micro_batch_size == 1:
-            raise JobError("The micro batch is already 1: enable gradient checkpointing, use QLoRA or an 8-bit optimizer, or shorten the sequence length.")
+            raise JobError(key="message.jobs.micro_batch_one")
         base = f"{name}-mb{cfg.micro_batch_size // 2}"
         new_name, i = base, 1
         while (self.runs_dir / new_name).exists():
@@ -270,9 +269,9 @@ class JobManager:
 
         run_dir = run_path(self.runs_dir, name)
         if self._alive(run_dir):
-            raise JobError(f"Run '{name}' is still training; stop it before deleting it.")
+            raise JobError(key="message.jobs.busy_delete", name=name)
         if not run_dir.exists():
-            raise JobError(f"There is no run named {name!r}.")
+            raise JobError(key="message.jobs.no_run", name=name)
         shutil.rmtree(run_dir)
 
     # ---- merges (one job at a time, like training) --------------------------------------------------
@@ -290,8 +289,7 @@ class JobManager:
     def _refuse_while_merging(self) -> None:
         merging = self.active_merge()
         if merging:
-            raise JobError(f"The adapter of run '{merging}' is being merged. Wait for the merge to finish (a minute or a few): "
-                           "one job at a time keeps the GPU from running out of memory.")
+            raise JobError(key="message.jobs.merging", name=merging)
 
     def start_merge(self, name: str, *, device: str = "auto", dtype: str = "auto") -> None:
         """Merge a finished run's adapter in a subprocess (`python -m engine merge NAME --device DEVICE`), refused while a
@@ -302,12 +300,11 @@ class JobManager:
         with self._lock:
             busy = self.active()
             if busy:
-                raise JobError(f"Run '{busy}' is training: merge after it has finished (or stop it first); a merge loads the whole "
-                               "unquantized base model, which would not fit beside it.")
+                raise JobError(key="message.jobs.busy_merge", busy=busy)
             self._refuse_while_merging()
             summary = self.status(name)
             if summary.state != "finished":
-                raise JobError(f"Run '{name}' has not finished; merge needs its final adapter.")
+                raise JobError(key="message.jobs.merge_unfinished", name=name)
             run_dir = summary.path
             cmd = [self.python, "-m", "engine", "merge", name, "--device", device, "--dtype", dtype]
             env = child_env(os.environ)  # shared mode: no Hub token in a visitor's merge either

@@ -45,13 +45,13 @@ def keep_upload(path: str, upload_dir: Path, *, suffixes: Iterable[str] | None =
     src = Path(path)
     allowed = [s.lower() for s in suffixes] if suffixes else None
     if allowed is not None and src.suffix.lower() not in allowed:
-        raise DataError(f"{src.name}: unsupported file type {src.suffix or '(no extension)'!r}. Use one of: {', '.join(allowed)}.")
+        raise DataError(key="message.uploads.file_type", file=src.name, suffix=repr(src.suffix) if src.suffix else "—", allowed=", ".join(allowed))
     try:
         size = src.stat().st_size
     except OSError:
-        raise DataError(f"{src.name}: the upload is gone; upload it again.") from None
+        raise DataError(key="message.uploads.gone", file=src.name) from None
     if size > max_bytes:
-        raise DataError(f"{src.name} is {size / 2**20:.0f} MB; the limit is {max_bytes // 2**20} MB. Upload a sample of the data.")
+        raise DataError(key="message.uploads.too_big", file=src.name, mb=f"{size / 2**20:.0f}", limit=max_bytes // 2**20)
     upload_dir = Path(upload_dir)
     upload_dir.mkdir(parents=True, exist_ok=True)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in src.name)[-80:] or "upload"

@@ -26,8 +26,13 @@ def test_owner_only_mode_lets_only_the_starting_browser_control_its_run(tmp_path
     assert not jobs.may_control("mine", "key-b") and not jobs.may_control("mine", None)
     # a run without an owner key (the CLI) is controllable by nobody through a shared app
     assert not jobs.may_control("from-cli", "key-b") and not jobs.may_control("from-cli", None)
-    with pytest.raises(JobError, match="started from another browser or session: only that browser can stop it"):
+    with pytest.raises(JobError, match="started from another browser or session: only that browser can stop it") as err:
         jobs.check_control("mine", "key-b", "stop")
+    assert "só aquele navegador pode pará-lo" in err.value.render("pt-BR")  # a visitor reads it in their language
+    for action in ("resume", "retry", "delete", "download", "export", "merge", "push"):  # every action has its sentence
+        with pytest.raises(JobError) as err:
+            jobs.check_control("mine", "key-b", action)
+        assert err.value.render("pt-BR").startswith("O treino 'mine' foi iniciado em outro navegador")
     assert "key-a" not in (tmp_path / "mine" / "owner").read_text()  # only a hash is kept
 
 

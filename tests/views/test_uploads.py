@@ -35,8 +35,9 @@ def test_upload_is_checked_before_anything_is_copied(tmp_path):
         keep_upload(str(src), tmp_path / "up", suffixes=[".jsonl"])
     big = tmp_path / "big.jsonl"
     big.write_bytes(b"x" * 2048)
-    with pytest.raises(DataError, match="the limit is 0 MB"):
+    with pytest.raises(DataError, match="the limit is 0 MB") as err:
         keep_upload(str(big), tmp_path / "up", max_bytes=1024)
+    assert err.value.render("pt-BR") == "big.jsonl tem 0 MB; o limite é 0 MB. Envie uma amostra dos dados."
     assert not (tmp_path / "up").exists()
 
 
