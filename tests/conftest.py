@@ -330,6 +330,16 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-component-update", "--disable-sync"]
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium for a browser-test module (Playwright); the module skips itself when either is missing."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield chromium
+        chromium.close()
+
+
 # --------------------------------------------------------------------------------------------------
 # Data: sample rows, a small tokenizer trained on the built-in corpus, file writers, a fake Hub
 # --------------------------------------------------------------------------------------------------

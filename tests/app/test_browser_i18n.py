@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM, FLAGS, running_app
+from conftest import CHROMIUM, running_app
 
 from engine import i18n
 from engine.estimator import catalog
@@ -45,14 +45,6 @@ def page_runs(tmp_path_factory) -> Path:
 def app_url(page_runs):
     with running_app(page_runs) as demo:
         yield demo.local_url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module", params=list(LOCALES))

@@ -5,7 +5,7 @@ switches the sampling sliders off."""
 from __future__ import annotations
 
 import pytest
-from conftest import CHROMIUM, FLAGS
+from conftest import CHROMIUM
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install chromium); .ci/run installs it")
@@ -29,14 +29,6 @@ def url(tmp_path_factory):
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **app.launch_options())
     yield demo.local_url
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield browser
-        browser.close()
 
 
 @pytest.mark.parametrize("lang", ["en", "pt-BR"])
