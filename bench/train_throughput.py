@@ -21,8 +21,10 @@ same model init, data rows, held-out eval rows, seed, optimizer, learning rate, 
            `Trainer` picks it), no packing. This is the strongest baseline: what a careful user gets from
            transformers without our engine.
   ours     the app's defaults exactly as the Start button runs them: `precision=auto` (bf16 autocast over fp32
-           master weights where this CPU is fast at bf16: engine/hardware/cpu_bf16.py), packing with the same
-           samples per optimizer step (engine/data/packing.py `pack_for_steps`), the engine's collator.
+           master weights where this CPU is fast at bf16: engine/hardware/cpu_bf16.py), packing inside each
+           micro-batch (the same samples per optimizer step: engine/data/packing.py `pack_micro_batch`), and the
+           run's Trainer class (engine/training/trainer.py `trainer_class`: the loss on the scored positions only,
+           engine/training/loss.py) and, on a CPU, the adapters' cheaper dropout (engine/training/fast_dropout.py).
   --ablation adds "library + bf16" (dynamic padding with our precision) and "ours in fp32" (packing alone), to
            show where the gain comes from.
 
@@ -39,7 +41,9 @@ interleaved and their order rotated each repetition, min and median reported. Pe
 `torch.cuda.max_memory_allocated` during `trainer.train()`; on CPU the resident set size sampled every 2 ms during
 `trainer.train()` minus the RSS just before it ("train peak": activations, gradients, optimizer state, autocast
 copies, allocator growth), with glibc told to return freed blocks >= 64 KiB at once so that RSS follows the live
-tensors. Eval loss: one function for every recipe (each held-out sample alone, token-weighted cross-entropy).
+tensors. That setting slows training by a third to a half (every large allocation becomes a fresh mmap), so memory
+is measured in separate runs (one per recipe and suite) and tokens/s in runs with the allocator as a training run
+gets it. Eval loss: one function for every recipe (each held-out sample alone, token-weighted cross-entropy).
 Threads: 1 by default (`--threads`): on a shared 2-core machine a 2-thread OpenMP team stalls at its barriers.
 """
 
@@ -193,7 +197,8 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
     from engine.data.build import build_train_data
     from engine.data.packing import PackingCollator
     from engine.hardware.device import detect_device, dtype_name, resolve_dtype
-    from engine.training.trainer import training_args
+    from engine.training.fast_dropout import use_fast_dropout
+    from engine.training.trainer import trainer_class, training_args
 
     device = detect_device()
     if device.kind == "cpu" and spec["threads"] > 0:
@@ -201,6 +206,8 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
     cfg = _train_config(recipe, spec)
     dtype = resolve_dtype(cfg.precision, device)
     model, tokenizer = _model(cfg, spec, device, dtype)
+    if recipe.startswith("ours") and device.kind == "cpu":
+        use_fast_dropout(model)  # as engine/training/run.py does; the baselines keep peft's torch dropout
     data = build_train_data(cfg, tokenizer, cfg.max_seq_len, pack=cfg.packing)
     if recipe == "plain":
         collator = DataCollatorForSeq2Seq(tokenizer, padding="max_length", max_length=cfg.max_seq_len, label_pad_token_id=-100)
@@ -208,8 +215,11 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
         collator = PackingCollator(tokenizer, pad_to_multiple_of=8)
     useful_per_epoch = sum(len(e["input_ids"]) for e in data.train)
     with tempfile.TemporaryDirectory() as out:
-        args = training_args(cfg, Path(out), device, dtype, has_eval=False, train_batch_size=data.train_batch_size)
-        trainer = Trainer(model=model, args=args, train_dataset=data.train, data_collator=collator, processing_class=tokenizer)
+        args = training_args(cfg, Path(out), device, dtype, has_eval=False)
+        # ours: the run's own Trainer class (engine/training/trainer.py: the loss on the scored positions only);
+        # the baselines: transformers' Trainer as it comes
+        trainer_cls = trainer_class(cfg.method) if recipe.startswith("ours") else Trainer
+        trainer = trainer_cls(model=model, args=args, train_dataset=data.train, data_collator=collator, processing_class=tokenizer)
         if device.kind == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -222,10 +232,11 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
             seconds = time.perf_counter() - t0
         peak = (torch.cuda.max_memory_allocated() - base_alloc) if device.kind == "cuda" else rss.peak - rss.start
         useful = trainer.state.num_input_tokens_seen
-        loss_after = eval_loss(model, data.evals, device, dtype)
-        accuracy = _date_accuracy(model, tokenizer, device, dtype) if cfg.dataset == "builtin:dates" else None
+        speed_run = spec["measure"] == "speed"  # a memory run's clock is slowed by its allocator setting (_run)
+        loss_after = eval_loss(model, data.evals, device, dtype) if speed_run else None
+        accuracy = _date_accuracy(model, tokenizer, device, dtype) if speed_run and cfg.dataset == "builtin:dates" else None
     return {
-        "recipe": recipe, "device": device.name, "device_kind": device.kind, "dtype": dtype_name(dtype),
+        "recipe": recipe, "measure": spec["measure"], "device": device.name, "device_kind": device.kind, "dtype": dtype_name(dtype),
         "rows": len(data.train), "samples": data.report.get("train_examples"), "micro_batch": args.per_device_train_batch_size,
         "grad_accum": args.gradient_accumulation_steps, "steps": trainer.state.global_step, "seconds": seconds,
         "useful_tokens": int(useful), "expected_useful": int(useful_per_epoch * cfg.epochs),
@@ -286,15 +297,20 @@ def _prepare(model: str, args: argparse.Namespace, tmp: Path, cache: dict[str, s
     return cache[model]
 
 
-def _run(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
+def _run(recipe: str, spec: dict[str, Any], measure: str) -> dict[str, Any]:
+    """One recipe in its own process. measure "speed": the allocator as a run gets it (tokens/s, eval loss);
+    "memory": the same training with glibc returning freed memory at once (train peak)."""
     env = dict(os.environ)
     if spec["threads"]:
         env.setdefault("OMP_NUM_THREADS", str(spec["threads"]))
-    # glibc keeps freed memory in its heap (RSS = a high-water mark that depends on the order of allocations);
-    # serving allocations >= 64 KiB with mmap and trimming returns them at once, so the sampled RSS follows the live
-    # tensors. Same setting for every recipe.
-    env.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
-    env.setdefault("MALLOC_TRIM_THRESHOLD_", "65536")
+    if measure == "memory":
+        # glibc keeps freed memory in its heap (RSS = a high-water mark that depends on the order of allocations);
+        # serving allocations >= 64 KiB with mmap and trimming returns them at once, so the sampled RSS follows the
+        # live tensors. Same setting for every recipe. It also makes every large allocation a fresh mmap, which
+        # slows training by a third to a half, so the speed runs leave the allocator alone.
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
+        env.setdefault("MALLOC_TRIM_THRESHOLD_", "65536")
+    spec = {**spec, "measure": measure}
     proc = subprocess.run([sys.executable, __file__, "--worker", recipe, "--spec", json.dumps(spec)], capture_output=True, text=True, env=env,
                           cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -305,9 +321,12 @@ def _run(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 def _table(suite: str, results: list[dict[str, Any]], spec: dict[str, Any]) -> tuple[str, bool]:
     recipes = [r for r in (*RECIPES, *ABLATION) if any(x["recipe"] == r for x in results)]
-    by = {r: [x for x in results if x["recipe"] == r] for r in recipes}
-    stat = {r: {k: (min(x[k] for x in v), statistics.median(x[k] for x in v))
-                for k in ("tok_s", "train_peak_mib", "process_peak_rss_mib", "eval_after", "seconds")} for r, v in by.items()}
+    by = {r: [x for x in results if x["recipe"] == r and x["measure"] == "speed"] for r in recipes}
+    mem_by = {r: [x for x in results if x["recipe"] == r and x["measure"] == "memory"] for r in recipes}
+    stat = {r: {k: (min(x[k] for x in v), statistics.median(x[k] for x in v)) for k in ("tok_s", "eval_after", "seconds")}
+            for r, v in by.items()}
+    for r, v in mem_by.items():
+        stat[r].update({k: (min(x[k] for x in v), statistics.median(x[k] for x in v)) for k in ("train_peak_mib", "process_peak_rss_mib")})
     first = by["ours"][0]
     unit = "MiB, GPU allocated" if first["device_kind"] == "cuda" else "MiB, RSS growth"
     lines = [
@@ -390,7 +409,10 @@ def main() -> None:
                 order = recipes[i % len(recipes):] + recipes[: i % len(recipes)]
                 for recipe in order:
                     print(f"{suite} run {i + 1}/{args.repeats}: {recipe} ...", flush=True)
-                    results.append(_run(recipe, spec))
+                    results.append(_run(recipe, spec, "speed"))
+            for recipe in recipes:  # peak memory is deterministic enough for one run each
+                print(f"{suite} memory run: {recipe} ...", flush=True)
+                results.append(_run(recipe, spec, "memory"))
             text, passed = _table(suite, results, spec)
             print("\n" + text + "\n", flush=True)
             tables.append(text)

@@ -18,7 +18,7 @@ from ..refs import check_hub_config, check_hub_ref, check_split, is_hub_ref, par
 from . import curriculum
 from .formats import MappedColumnsMissing, RecordSet, load_records, normalize, record_texts
 from .hub import load_hub_rows
-from .packing import pack_for_steps
+from .packing import mark_for_packing, plan_packing
 from .tokenize import chunk_corpus, split_eval, tokenize_records
 
 if TYPE_CHECKING:
@@ -28,18 +28,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class TrainData:
-    """The examples of a run: `train` (curriculum-ordered and packed as configured) and `evals` (never packed),
+    """The examples of a run: `train` (curriculum-ordered and marked for packing as configured) and `evals` (never packed),
     with the `report` the `data` event shows (tokenization counts, blocks, eval source, packing)."""
 
     train: list[dict[str, list[int]]]
     evals: list[dict[str, list[int]]]
     report: dict[str, Any]
-
-    @property
-    def train_batch_size(self) -> int | None:
-        """Rows per training micro-batch when the rows are packed (each holds several samples: engine/data/packing.py
-        `pack_for_steps`), None for the config's micro batch size."""
-        return self.report.get("packed_rows_per_batch")
 
     def event_fields(self) -> dict[str, Any]:
         """The fields of the run's `data` event: the report, with the dropped rows counted rather than listed."""
@@ -152,7 +146,8 @@ def arrange_train(
     if not chunked and cfg.curriculum != "none":
         train = curriculum.order(train, examples, curriculum.curriculum_keys(cfg, examples, recordset, report))
         info["curriculum"] = cfg.curriculum
-    if pack and not chunked:
-        train, rep = pack_for_steps(train, max_len, cfg.micro_batch_size, keep_order=cfg.curriculum != "none")
-        info.update(rep.as_event())
+    if pack and not chunked:  # the collator packs each micro-batch's samples (engine/data/packing.py)
+        info.update(plan_packing([len(e["input_ids"]) for e in train], max_len, cfg.micro_batch_size, seed=cfg.seed,
+                                 shuffle=cfg.curriculum == "none").as_event())
+        train = mark_for_packing(train, max_len)
     return train, info

@@ -23,15 +23,15 @@ Models that ignore packed `position_ids` (remote code, flash-attention-2 with mo
 would silently attend across samples; `supports_packing` checks the loaded model once on a tiny batch and
 the run falls back to padding when it fails.
 
-Packing changes speed, not learning (`pack_for_steps`): a packed micro-batch holds about `micro_batch_size`
-samples, like an unpacked one, so an epoch has the same number of optimizer steps, the learning-rate schedule is
-the same and each step averages over as many samples. Filling `micro_batch_size` rows of `max_len` tokens instead
-(what this module did first) made an epoch 4-6x fewer, larger steps: on the built-in data the epoch ended at eval
-loss 6.29 instead of 5.65. So the rows get a token budget: `micro_batch_size` x the data's mean length per
-micro-batch, split into as few rows of at most `max_len` as hold it, with exactly as many micro-batches as the
-unpacked epoch and the tokens shared evenly between the rows. A micro-batch then carries its samples' real
-tokens (plus a little row-end padding) instead of `micro_batch_size` x the batch's longest sample, so it is
-faster and no larger in memory.
+Packing changes speed, not learning: it happens inside each micro-batch, when the collator builds it
+(`PackingCollator`, `pack_micro_batch`). The sampler draws the same samples in the same order as without packing
+(the same seed gives the same micro-batches), so an epoch has the same optimizer steps, the learning-rate schedule is
+the same and every step sees exactly the samples it would see unpacked; only the padding they would carry is no
+longer computed. An earlier version packed the whole dataset into rows before the sampler shuffled them: first
+`micro_batch_size` full rows per step (an epoch of 4-6x fewer, larger steps: eval loss 6.29 instead of 5.65 on the
+built-in data), then rows holding about `micro_batch_size` samples, whose steps still saw other groups of samples
+than the unpacked run (eval loss up to 2% apart after one epoch). A micro-batch's rows are chosen to need the
+fewest padded tokens (`pack_micro_batch`), never more than padding the samples would.
 
 Eval sets are never packed: the eval loss is then computed exactly as without packing, so runs with and
 without packing can be compared. `PackingCollator` handles both kinds of rows.
@@ -40,7 +40,6 @@ without packing can be compared. `PackingCollator` handles both kinds of rows.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,39 +53,27 @@ log = logging.getLogger("engine.data.packing")
 
 @dataclass
 class PackReport:
-    """What packing did: how many samples went into how many rows, and how full the rows are."""
+    """What packing does to an epoch's micro-batches (`plan_packing`): rows instead of samples, and the tokens
+    computed with packing (`packed_tokens`: rows x their padded width) and without it (`padded_tokens`: samples x
+    the micro-batch's longest one, as the padding collator pads)."""
 
-    samples: int
+    samples: int  # samples in the micro-batches looked at
+    micro_batches: int
     rows: int
-    tokens: int
-    max_len: int  # the row capacity in tokens
-    rows_per_batch: int = 0  # rows per micro-batch (`pack_for_steps`); 0 = micro_batch_size rows (plain `pack_examples`)
-
-    @property
-    def fill(self) -> float:
-        """Fraction of the row capacity (rows x max_len) holding real tokens."""
-        return self.tokens / (self.rows * self.max_len) if self.rows else 0.0
-
-    @property
-    def micro_batches(self) -> int:
-        """Micro-batches per epoch (on one device) when `rows_per_batch` is set."""
-        return math.ceil(self.rows / self.rows_per_batch) if self.rows_per_batch else 0
+    tokens: int  # real tokens
+    packed_tokens: int
+    padded_tokens: int
+    max_len: int  # the longest a row may be
 
     def as_event(self) -> dict[str, Any]:
-        event = {"packed_rows": self.rows, "packed_samples": self.samples, "packing_fill": round(self.fill, 3)}
-        if self.rows_per_batch:
-            event.update(packed_rows_per_batch=self.rows_per_batch, packed_row_tokens=self.max_len,
-                         samples_per_micro_batch=round(self.samples / max(1, self.micro_batches), 2),
-                         tokens_per_micro_batch=round(self.tokens / max(1, self.micro_batches), 1))
-        return event
+        per = max(1, self.micro_batches)
+        return {"samples_per_micro_batch": round(self.samples / per, 2), "packed_rows_per_micro_batch": round(self.rows / per, 2),
+                "tokens_per_micro_batch": round(self.tokens / per, 1), "packed_share_of_padded": round(self.share, 3)}
 
-    def summary(self) -> str:
-        text = f"{self.samples} samples packed into {self.rows} rows of up to {self.max_len} tokens ({self.fill:.0%} full)"
-        if self.rows_per_batch:
-            per = max(1, self.micro_batches)
-            text += (f"; {self.rows_per_batch} row(s) per micro-batch, about {self.samples / per:.1f} samples and "
-                     f"{self.tokens / per:,.0f} tokens each")
-        return text
+    @property
+    def share(self) -> float:
+        """Tokens computed with packing, as a fraction of those computed with padding."""
+        return self.packed_tokens / self.padded_tokens if self.padded_tokens else 1.0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -130,40 +117,6 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int
     return bins
 
 
-def next_fit(lengths: Sequence[int], capacity: int) -> list[list[int]]:
-    """Indices grouped into bins in their given order (a new bin when the next item does not fit).
-
-    Used with a curriculum: the rows keep the samples' order, which first-fit decreasing would destroy.
-    Sorted input packs well this way (neighbours have similar lengths).
-    """
-    bins: list[list[int]] = []
-    used = capacity + 1
-    for i, length in enumerate(lengths):
-        if length > capacity:
-            raise ValueError(f"a sample is longer than the row capacity {capacity}")
-        if used + length > capacity:
-            bins.append([])
-            used = 0
-        bins[-1].append(i)
-        used += length
-    return bins
-
-
-def pack_examples(
-    examples: Sequence[dict[str, list[int]]], max_len: int, *, keep_order: bool = False
-) -> tuple[list[dict[str, list[int]]], PackReport]:
-    """Rows of whole examples, each at most `max_len` tokens, with `input_ids`, `labels`, `position_ids`.
-
-    keep_order: pack consecutive examples (next fit) so that a curriculum order survives; otherwise first-fit
-    decreasing (fewest rows). Every token of every example is kept; an example longer than `max_len` is an
-    error (tokenization already truncated or dropped those).
-    """
-    lengths = [len(e["input_ids"]) for e in examples]
-    groups = next_fit(lengths, max_len) if keep_order else first_fit_decreasing(lengths, max_len)
-    rows = [_pack_group(examples, group) for group in groups]
-    return rows, PackReport(samples=len(examples), rows=len(rows), tokens=sum(lengths), max_len=max_len)
-
-
 def _pack_group(examples: Sequence[dict[str, list[int]]], group: Sequence[int]) -> dict[str, list[int]]:
     """One packed row of the examples at `group`: their tokens, labels (first label of each -100) and positions."""
     ids: list[int] = []
@@ -178,84 +131,55 @@ def _pack_group(examples: Sequence[dict[str, list[int]]], group: Sequence[int]) 
     return {"input_ids": ids, "labels": labels, "position_ids": positions}
 
 
-def balanced_bins(lengths: Sequence[int], n_bins: int, capacity: int) -> list[list[int]] | None:
-    """Indices of `lengths` in exactly `n_bins` bins of about equal total length (longest processing time first:
-    each item, longest first, goes to the emptiest bin), or None when some bin would exceed `capacity`.
+def _width(tokens: int, multiple: int) -> int:
+    return -(-tokens // multiple) * multiple
 
-    Balanced rather than full bins: a micro-batch is padded to its longest row, so equal rows waste least.
-    Ties keep input order, so the result is deterministic (resume sees the same rows).
+
+def pack_micro_batch(lengths: Sequence[int], max_len: int, multiple: int = 8) -> list[list[int]]:
+    """The samples of one micro-batch (their token counts) grouped into rows, the grouping that computes the
+    fewest tokens: rows x the longest row, rounded up to `multiple` as the collator pads.
+
+    Tries first-fit decreasing at row capacities from the longest sample up to `max_len` (at most 24 of them,
+    spread evenly) and keeps the cheapest; ties go to the shorter rows (less attention per row). The first
+    capacity, the longest sample, never needs more rows than samples, so a packed micro-batch is never larger
+    than the padded one. Deterministic: a resumed run rebuilds the same rows.
     """
-    import heapq
-
-    if not 0 < n_bins <= len(lengths):
-        return None
-    heap = [(0, b) for b in range(n_bins)]  # (tokens so far, bin index): the emptiest bin on top
-    bins: list[list[int]] = [[] for _ in range(n_bins)]
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        used, b = heapq.heappop(heap)
-        if used + lengths[i] > capacity:
-            return None
-        bins[b].append(i)
-        heapq.heappush(heap, (used + lengths[i], b))
-    return bins
+    if not lengths:
+        return []
+    longest, top = max(lengths), max(max_len, max(lengths))
+    capacities = sorted({longest, top, *(longest + (top - longest) * k // 23 for k in range(1, 23))})
+    best: tuple[int, list[list[int]]] | None = None
+    for capacity in capacities:
+        groups = first_fit_decreasing(lengths, capacity)
+        cost = len(groups) * _width(max(sum(lengths[i] for i in g) for g in groups), multiple)
+        if best is None or cost < best[0]:
+            best = (cost, groups)
+    return best[1]
 
 
-def balanced_runs(lengths: Sequence[int], n_bins: int, capacity: int) -> list[list[int]] | None:
-    """Indices of `lengths` cut, in their order, into exactly `n_bins` consecutive runs of about equal total length,
-    or None when a run would exceed `capacity` (a curriculum keeps its order; see `next_fit`)."""
-    n = len(lengths)
-    if not 0 < n_bins <= n:
-        return None
-    total = sum(lengths)
-    bins: list[list[int]] = []
-    current: list[int] = []
-    used = done = 0
-    for i, length in enumerate(lengths):
-        left_items, left_bins = n - i, n_bins - len(bins)
-        # close the current run when it reached its share of the tokens, when the item does not fit, or when
-        # every remaining item must start a run of its own to make n_bins runs
-        full = used + length > capacity
-        if current and len(bins) < n_bins - 1 and (done + used >= total * (len(bins) + 1) / n_bins or full or left_items < left_bins):
-            bins.append(current)
-            done += used
-            current, used = [], 0
-        if used + length > capacity:
-            return None
-        current.append(i)
-        used += length
-    bins.append(current)
-    return bins if len(bins) == n_bins else None
+def plan_packing(lengths: Sequence[int], max_len: int, micro_batch_size: int, *, seed: int = 0, shuffle: bool = True,
+                 multiple: int = 8, max_batches: int = 200) -> PackReport:
+    """What packing will do to an epoch (the data check's numbers), from the samples' token counts: micro-batches
+    drawn as the sampler draws them (a seeded shuffle, or in order for a curriculum), the first `max_batches` of
+    them looked at (an estimate for a large dataset)."""
+    import random
 
-
-def pack_for_steps(
-    examples: Sequence[dict[str, list[int]]], max_len: int, micro_batch_size: int, *, keep_order: bool = False
-) -> tuple[list[dict[str, list[int]]], PackReport]:
-    """Packed rows whose micro-batches hold about `micro_batch_size` samples each (see the module docstring).
-
-    Returns the rows and a report whose `rows_per_batch` is the per-device train batch size to use: an epoch of
-    those rows has exactly `ceil(len(examples) / micro_batch_size)` micro-batches, like the unpacked epoch. The
-    rows of a micro-batch share its samples' tokens evenly (`balanced_bins`, or `balanced_runs` to keep a
-    curriculum's order); a micro-batch gets more rows when the samples do not fit fewer rows of `max_len`.
-    """
-    if not examples:
-        return [], PackReport(samples=0, rows=0, tokens=0, max_len=max_len, rows_per_batch=1)
-    lengths = [len(e["input_ids"]) for e in examples]
-    if max(lengths) > max_len:
-        raise ValueError(f"a sample is longer than the row capacity {max_len}")
+    order = list(range(len(lengths)))
+    if shuffle:
+        random.Random(seed).shuffle(order)
     batch = max(1, int(micro_batch_size))
-    micro_batches = math.ceil(len(lengths) / batch)
-    budget = batch * sum(lengths) / len(lengths)  # tokens of an average unpacked micro-batch, without padding
-    split = balanced_runs if keep_order else balanced_bins
-    groups = None
-    for rows_per_batch in range(max(1, math.ceil(budget / max_len)), batch + 1):
-        groups = split(lengths, min(len(lengths), rows_per_batch * micro_batches), max_len)
-        if groups is not None:
-            break
-    if groups is None:  # every sample needs a row of its own: packing cannot help, but the rows stay valid
-        rows_per_batch, groups = batch, [[i] for i in range(len(lengths))]
-    rows = [_pack_group(examples, group) for group in groups]
-    capacity = max(len(r["input_ids"]) for r in rows)
-    return rows, PackReport(samples=len(examples), rows=len(rows), tokens=sum(lengths), max_len=capacity, rows_per_batch=rows_per_batch)
+    samples = rows = tokens = packed = padded = micro_batches = 0
+    for start in range(0, min(len(order), batch * max_batches), batch):
+        sizes = [lengths[i] for i in order[start:start + batch]]
+        groups = pack_micro_batch(sizes, max_len, multiple)
+        micro_batches += 1
+        samples += len(sizes)
+        rows += len(groups)
+        tokens += sum(sizes)
+        packed += len(groups) * _width(max(sum(sizes[i] for i in g) for g in groups), multiple)
+        padded += len(sizes) * _width(max(sizes), multiple)
+    return PackReport(samples=samples, micro_batches=micro_batches, rows=rows, tokens=tokens, packed_tokens=packed,
+                      padded_tokens=padded, max_len=max_len)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -263,8 +187,18 @@ def pack_for_steps(
 # --------------------------------------------------------------------------------------------------
 
 
+PACK_KEY = "pack_to"  # a training example that carries it is packed by the collator into rows of at most that many tokens
+
+
+def mark_for_packing(examples: Sequence[dict[str, Any]], max_len: int) -> list[dict[str, Any]]:
+    """Copies of the training `examples` that `PackingCollator` packs (rows of at most `max_len` tokens) when it
+    builds their micro-batch; eval examples stay unmarked and are padded, so their loss is computed as always."""
+    return [{**ex, PACK_KEY: max_len} for ex in examples]
+
+
 class PackingCollator:
-    """Batches packed rows (with `position_ids`) or plain examples, as a Trainer `data_collator`.
+    """Batches examples marked for packing (`mark_for_packing`: packed here, per micro-batch), packed rows (with
+    `position_ids`) or plain examples, as a Trainer `data_collator`.
 
     Packed rows are right-padded to the batch's longest row (a multiple of `pad_to_multiple_of`); the padding
     is its own "sample" (positions from 0, labels -100) so no real token attends to it, and no
@@ -282,6 +216,12 @@ class PackingCollator:
         self.padded = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=IGNORE_INDEX, pad_to_multiple_of=pad_to_multiple_of)
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        marked = [PACK_KEY in f for f in features]
+        if any(marked):
+            if not all(marked):
+                raise ValueError("a batch mixes examples marked for packing and plain ones")
+            groups = pack_micro_batch([len(f["input_ids"]) for f in features], int(features[0][PACK_KEY]), self.multiple)
+            features = [_pack_group(features, group) for group in groups]
         packed = ["position_ids" in f for f in features]
         if not any(packed):
             return self.padded(features)

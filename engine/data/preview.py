@@ -114,14 +114,11 @@ def report_text(rep: DataReport, lang: str = "en") -> str:
 
 
 def pack_text(packed: PackReport, lang: str = "en") -> str:
-    """What packing does, in `lang` (engine/data/packing.py PackReport)."""
-    text = t("finetune.check.packed", lang, samples=fmt_number(packed.samples, lang), rows=fmt_number(packed.rows, lang),
-             max_len=fmt_number(packed.max_len, lang), fill=fmt_number(round(100 * packed.fill), lang))
-    if packed.rows_per_batch:
-        per = max(1, packed.micro_batches)
-        text += "; " + t("finetune.check.packed_batch", lang, rows=fmt_number(packed.rows_per_batch, lang),
-                         samples=fmt_number(round(packed.samples / per, 1), lang, 1), tokens=fmt_number(round(packed.tokens / per), lang))
-    return text
+    """What packing does to a micro-batch, in `lang` (engine/data/packing.py PackReport)."""
+    per = max(1, packed.micro_batches)
+    return t("finetune.check.packed", lang, samples=fmt_number(round(packed.samples / per, 1), lang, 1),
+             rows=fmt_number(round(packed.rows / per, 1), lang, 1), max_len=fmt_number(packed.max_len, lang),
+             pct=fmt_number(round(100 * packed.share), lang))
 
 
 def inspect_records(
@@ -160,7 +157,7 @@ def inspect_records(
 
 def step_summary(cfg: TrainConfig, examples: Sequence[dict[str, list[int]]], lang: str = "en") -> str:
     """What one optimizer step sees (samples and real tokens) and the steps per epoch, with or without packing
-    (engine/data/packing.py `pack_for_steps`), before the eval split: the numbers that set the schedule."""
+    (packing changes neither: engine/data/packing.py), before the eval split: the numbers that set the schedule."""
     import math
 
     n = len(examples)
@@ -170,9 +167,10 @@ def step_summary(cfg: TrainConfig, examples: Sequence[dict[str, list[int]]], lan
     steps = math.ceil(math.ceil(n / cfg.micro_batch_size) / accum)
     text = t("finetune.check.per_step", lang, samples=fmt_number(min(n, cfg.micro_batch_size * accum), lang),
              tokens=fmt_number(round(tokens * min(1.0, cfg.micro_batch_size * accum / n)), lang), steps=fmt_number(steps, lang))
-    if cfg.packing:  # what the run will train on: rows holding several samples
-        from .packing import pack_for_steps
+    if cfg.packing:  # what the run will compute: each micro-batch's samples in fewer rows
+        from .packing import plan_packing
 
-        _, packed = pack_for_steps(examples, cfg.max_seq_len, cfg.micro_batch_size, keep_order=cfg.curriculum != "none")
+        packed = plan_packing([len(e["input_ids"]) for e in examples], cfg.max_seq_len, cfg.micro_batch_size, seed=cfg.seed,
+                              shuffle=cfg.curriculum == "none")
         text += " · " + t("finetune.check.packing", lang, what=pack_text(packed, lang))
     return text

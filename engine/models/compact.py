@@ -13,6 +13,7 @@ numbers only) live in `presets/compact.yaml`; `load_compact_preset(name)` turns 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any, ClassVar
@@ -102,16 +103,26 @@ class CompactAttention(nn.Module):
         if past_key_values is not None:
             # append this step's keys/values; returns all of them so far: (B, nh, S, hd), S = past + T
             k, v = past_key_values.update(k, v, self.layer_idx)
+        dtype, upcast = q.dtype, q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled()
+        if upcast:
+            # training under CPU bf16 autocast: torch's CPU flash-attention backward is 2.6x slower in bf16 than in
+            # fp32 at 64 tokens (and no faster at 256: bench/attention_dtype.py), and attention is a small share of
+            # the FLOPs, so it runs in fp32 (autocast off: it would cast SDPA back to bf16) and only the projections
+            # around it use bf16
+            q, k, v = q.float(), k.float(), v.float()
+            if attention_mask is not None and attention_mask.is_floating_point():
+                attention_mask = attention_mask.float()
         # create_causal_mask returns None only when a plain causal mask is right: no padding and either a
         # single query (decode step: attend to everything) or no past (T == S: SDPA's top-left causal mask)
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=attention_mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=attention_mask is None and T > 1,
-        )  # (B, nh, T, hd)
+        with torch.autocast("cpu", enabled=False) if upcast else contextlib.nullcontext():
+            y = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=attention_mask,
+                dropout_p=self.dropout if self.training else 0.0,
+                is_causal=attention_mask is None and T > 1,
+            ).to(dtype)  # (B, nh, T, hd)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs side by side
         return self.resid_dropout(self.o_proj(y))
 

@@ -26,13 +26,9 @@ OPTIMIZERS = {
 }
 
 
-def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: torch.dtype, has_eval: bool,
-                  train_batch_size: int | None = None) -> Any:
+def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: torch.dtype, has_eval: bool) -> Any:
     """The TrainingArguments of a run: batch, schedule, precision, checkpoints, evaluation and the sampling order.
-
-    train_batch_size: rows per micro-batch when the training rows are packed (`TrainData.train_batch_size`: a
-    packed micro-batch holds about `micro_batch_size` samples in fewer rows); None = `cfg.micro_batch_size`.
-    """
+    With packing too, a micro-batch is `micro_batch_size` samples: the collator packs them (engine/data/packing.py)."""
     from transformers import TrainingArguments
 
     on_cpu = device.kind == "cpu"
@@ -40,7 +36,7 @@ def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: to
     patience = has_eval and cfg.early_stopping_patience > 0
     return TrainingArguments(
         output_dir=str(run_dir),
-        per_device_train_batch_size=train_batch_size or cfg.micro_batch_size,
+        per_device_train_batch_size=cfg.micro_batch_size,
         per_device_eval_batch_size=cfg.micro_batch_size,
         gradient_accumulation_steps=cfg.grad_accum,
         learning_rate=cfg.learning_rate,
@@ -126,9 +122,19 @@ class AtomicCheckpoints:
                            best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
 
 
-def _atomic(trainer_cls: type) -> type:
-    """trainer_cls with AtomicCheckpoints mixed in."""
-    return type(f"Atomic{trainer_cls.__name__}", (AtomicCheckpoints, trainer_cls), {})
+def trainer_class(method: str) -> type:
+    """The Trainer class of a run of `method`: transformers' `Trainer` (the `DistillTrainer` for "distill") with
+    atomic checkpoints and, except for distillation (whose loss needs every position's logits), the loss computed
+    on the scored positions only (engine/training/loss.py)."""
+    from transformers import Trainer
+
+    from .loss import ScoredPositionsLoss
+
+    if method == "distill":
+        from .distill import DistillTrainer
+
+        return type("AtomicDistillTrainer", (AtomicCheckpoints, DistillTrainer), {})
+    return type("AtomicScoredTrainer", (AtomicCheckpoints, ScoredPositionsLoss, Trainer), {})
 
 
 @dataclass
@@ -157,8 +163,6 @@ def build_trainer(
 ) -> RunTrainer:
     """The Trainer for `model` on `data` (engine/data/build.py `TrainData`); a `DistillTrainer` with the frozen
     teacher of `distill` (engine/training/distill.py `DistillSetup`) for method "distill"."""
-    from transformers import Trainer
-
     from ..data.packing import PackingCollator
 
     # a mirrored run is the built-in base pretrained for another run: that run's Stop stops it too
@@ -167,14 +171,10 @@ def build_trainer(
     events_cb = EventsCallback(events, device, mirror=mirror)
     tb_cb = _tensorboard_callback(cfg, run_dir, device, tokenizer, data.evals, events)
     extra = [EvalPatienceCallback(cfg.early_stopping_patience, events)] if cfg.early_stopping_patience > 0 else []
-    trainer_cls, extra_args = Trainer, {}
-    if cfg.method == "distill":
-        from .distill import DistillTrainer
-
-        trainer_cls, extra_args = DistillTrainer, {"distill": distill, "temperature": cfg.distill_temperature, "alpha": cfg.distill_alpha}
-    trainer = _atomic(trainer_cls)(
+    extra_args = {"distill": distill, "temperature": cfg.distill_temperature, "alpha": cfg.distill_alpha} if cfg.method == "distill" else {}
+    trainer = trainer_class(cfg.method)(
         model=model,
-        args=training_args(cfg, run_dir, device, dtype, has_eval=bool(data.evals), train_batch_size=data.train_batch_size),
+        args=training_args(cfg, run_dir, device, dtype, has_eval=bool(data.evals)),
         train_dataset=data.train,
         eval_dataset=data.evals or None,
         data_collator=PackingCollator(tokenizer, pad_to_multiple_of=8),  # packed rows, or padded examples as before

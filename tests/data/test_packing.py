@@ -13,7 +13,16 @@ from engine.config import TrainConfig
 from engine.data.build import arrange_train
 from engine.data.curriculum import curriculum_keys, order
 from engine.data.formats import load_records
-from engine.data.packing import PackingCollator, first_fit_decreasing, next_fit, pack_examples, pack_for_steps, supports_packing
+from engine.data.packing import (
+    PACK_KEY,
+    PackingCollator,
+    _width,
+    first_fit_decreasing,
+    mark_for_packing,
+    pack_micro_batch,
+    plan_packing,
+    supports_packing,
+)
 from engine.data.tokenize import IGNORE_INDEX, tokenize_records
 from engine.errors import ConfigError, DataError
 
@@ -30,6 +39,13 @@ def _examples(lengths: list[int], seed: int = 0, vocab: int = 120) -> list[dict[
 
 class _Tok:  # what PackingCollator reads of a tokenizer for packed rows
     pad_token_id, eos_token_id = 1, 2
+
+
+def _rows(examples: list[dict], max_len: int) -> list[dict[str, list[int]]]:
+    """The packed rows the collator builds from one micro-batch of `examples`."""
+    from engine.data.packing import _pack_group
+
+    return [_pack_group(examples, g) for g in pack_micro_batch([len(e["input_ids"]) for e in examples], max_len)]
 
 
 @pytest.fixture(scope="module")
@@ -63,17 +79,10 @@ def test_first_fit_is_first_fit():
         first_fit_decreasing([11], 10)
 
 
-def test_next_fit_keeps_order():
-    bins = next_fit([3, 3, 3, 5, 5, 9], 10)
-    assert bins == [[0, 1, 2], [3, 4], [5]]
-    assert [i for b in bins for i in b] == list(range(6))
-
-
-def test_pack_examples_rows_positions_and_labels():
+def test_packed_rows_positions_and_labels():
     examples = _examples([10, 30, 7, 50, 22, 64, 5, 40])
-    rows, rep = pack_examples(examples, 64)
-    assert rep.samples == 8 and rep.rows == len(rows) and rep.tokens == sum(len(e["input_ids"]) for e in examples)
-    assert 0 < rep.fill <= 1
+    rows = _rows(examples, 64)
+    assert len(rows) < len(examples)
     seen = []
     for row in rows:
         assert len(row["input_ids"]) == len(row["labels"]) == len(row["position_ids"]) <= 64
@@ -90,7 +99,7 @@ def test_pack_examples_rows_positions_and_labels():
 
 def test_collator_pads_packed_rows_and_falls_back_for_plain_examples(tokenizer):
     collate = PackingCollator(tokenizer, pad_to_multiple_of=8)
-    rows, _ = pack_examples(_examples([5, 9, 20]), 32)
+    rows = _rows(_examples([5, 9, 20]), 32)
     batch = collate(rows)
     assert set(batch) == {"input_ids", "labels", "position_ids"}
     assert batch["input_ids"].shape[1] % 8 == 0
@@ -134,7 +143,7 @@ def test_packed_logits_and_loss_equal_each_sample_alone(name):
     model = MODELS[name]()
     model.train()  # the training path (dropout is 0): no cache, as under the Trainer
     examples = _examples([9, 14, 6, 20, 11, 17], seed=3)
-    rows, _ = pack_examples(examples, 40)
+    rows = _rows(examples, 40)
     assert any(sum(p == 0 for p in r["position_ids"]) > 1 for r in rows)  # something really is packed
     batch = PackingCollator(_Tok(), pad_to_multiple_of=8)(rows)
     with torch.no_grad():
@@ -198,11 +207,10 @@ def test_short_to_long_orders_by_token_count(tokenizer):
     tok, train, info = _arranged(cfg, tokenizer)
     lengths = [len(e["input_ids"]) for e in train]
     assert lengths == sorted(lengths) and len(train) == len(tok.examples) and info["curriculum"] == "short-to-long"
-    # packed with a curriculum: rows keep the order (next fit), so row lengths of samples still rise
-    _, rows, info = _arranged(cfg, tokenizer, pack=True)
-    assert info["packed_samples"] == len(tok.examples) and info["packed_rows"] == len(rows) < len(tok.examples)
-    firsts = [r["input_ids"][: r["position_ids"].index(0, 1)] if 0 in r["position_ids"][1:] else r["input_ids"] for r in rows]
-    assert [len(f) for f in firsts] == sorted(len(f) for f in firsts)
+    # packed with a curriculum: the samples keep their order (the collator packs each micro-batch)
+    _, marked, info = _arranged(cfg, tokenizer, pack=True)
+    assert [e["input_ids"] for e in marked] == [e["input_ids"] for e in train] and all(e[PACK_KEY] == 512 for e in marked)
+    assert 1 <= info["packed_rows_per_micro_batch"] < info["samples_per_micro_batch"]
 
 
 def test_column_curriculum_orders_by_the_column_and_keeps_the_eval_split(tmp_path, tokenizer):
@@ -250,58 +258,83 @@ def test_curriculum_disables_shuffling(tmp_path, tokenizer):
         assert isinstance(trainer._get_train_sampler(), sampler)
 
 
+
 # --------------------------------------------------------------------------------------------------
-# Packing changes speed, not learning: as many micro-batches (and samples per step) as unpacked
+# Packing changes speed, not learning: the micro-batches of an unpacked epoch, packed when collated
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("lengths", "batch", "max_len"), [
-    ([random.Random(s).randrange(8, 90) for s in range(400)], 8, 256),   # short instruction rows
-    ([random.Random(s).randrange(20, 40) for s in range(100)], 16, 64),  # the date task's shape
-    ([5] * 37, 4, 128),                                                  # uneven last micro-batch
-    ([120, 120, 3, 3, 3, 3], 2, 128),                                    # long rows force a full capacity
+@pytest.mark.parametrize(("lengths", "max_len"), [
+    ([random.Random(s).randrange(8, 90) for s in range(8)], 256),    # short instruction rows
+    ([random.Random(s).randrange(20, 40) for s in range(16)], 64),   # the date task's shape
+    ([100, 100, 100], 256),                                          # full rows would cost more than padding
+    ([120, 120, 3, 3, 3, 3], 128),
+    ([7], 64),
 ])
-@pytest.mark.parametrize("keep_order", [False, True])
-def test_pack_for_steps_keeps_the_micro_batches_of_an_unpacked_epoch(lengths, batch, max_len, keep_order):
-    import math
-
-    examples = _examples(lengths)
-    rows, rep = pack_for_steps(examples, max_len, batch, keep_order=keep_order)
-    unpacked = math.ceil(len(lengths) / batch)
-    assert rep.micro_batches == unpacked  # same optimizer steps per epoch: same schedule, same samples per step
-    assert rep.rows == len(rows) and rep.samples == len(lengths) and sum(len(r["input_ids"]) for r in rows) == sum(lengths)
-    assert all(len(r["input_ids"]) <= rep.max_len <= max_len for r in rows)
-    # balanced rows: a micro-batch holds about the tokens of an unpacked one, never more than padding would take
-    assert rep.rows_per_batch * rep.max_len <= batch * max(lengths)
-    per_batch = sum(lengths) / unpacked
-    assert rep.rows_per_batch * rep.max_len <= max(2 * per_batch, max(lengths) * rep.rows_per_batch)
-    if keep_order:  # a curriculum's order survives
-        order_seen = [p for r in rows for p in r["input_ids"]]
-        assert order_seen == [t for e in examples for t in e["input_ids"]]
+def test_pack_micro_batch_keeps_every_sample_and_never_computes_more_than_padding(lengths, max_len):
+    groups = pack_micro_batch(lengths, max_len)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in g) <= max(max_len, max(lengths)) for g in groups)
+    packed = len(groups) * _width(max(sum(lengths[i] for i in g) for g in groups), 8)
+    assert packed <= len(lengths) * _width(max(lengths), 8)
+    assert pack_micro_batch(lengths, max_len) == groups  # deterministic: a resumed run rebuilds the same rows
 
 
-def test_pack_for_steps_summary_and_event_say_samples_and_tokens_per_micro_batch():
-    _, rep = pack_for_steps(_examples([10] * 64), 256, 8)
+def test_pack_micro_batch_packs_short_samples_and_prefers_equal_rows():
+    groups = pack_micro_batch([10] * 8, 256)  # 80 tokens: two rows of 40 cost what one of 80 does, with less attention
+    assert len(groups) == 2 and all(len(g) == 4 for g in groups)
+    # three samples of 100: two rows of 200 + 100 would compute 400 tokens, three rows of 104 compute 312
+    assert len(pack_micro_batch([100, 100, 100], 256)) == 3
+
+
+def test_collator_packs_a_marked_micro_batch_and_pads_the_eval_examples(tokenizer):
+    collate = PackingCollator(tokenizer, pad_to_multiple_of=8)
+    examples = _examples([10, 12, 9, 30, 11, 14, 8, 20], seed=5)
+    batch = collate(mark_for_packing(examples, 128))
+    assert set(batch) == {"input_ids", "labels", "position_ids"} and batch["input_ids"].shape[0] < len(examples)
+    assert (batch["input_ids"] != tokenizer.pad_token_id).sum() == sum(len(e["input_ids"]) for e in examples)
+    scored = sum(sum(x != IGNORE_INDEX for x in e["labels"][1:]) for e in examples)
+    assert (batch["labels"] != IGNORE_INDEX).sum() == scored  # every target kept, none added at a sample's start
+    plain = collate(examples[:2])
+    assert "attention_mask" in plain and "position_ids" not in plain
+    with pytest.raises(ValueError, match="mixes"):
+        collate([*mark_for_packing(examples[:1], 128), examples[1]])
+
+
+def test_plan_packing_reports_samples_rows_and_tokens_per_micro_batch():
+    rep = plan_packing([10] * 64, 256, 8)
     event = rep.as_event()
-    assert event["packed_rows_per_batch"] == 1 and event["samples_per_micro_batch"] == 8.0 and event["tokens_per_micro_batch"] == 80.0
-    assert "1 row(s) per micro-batch, about 8.0 samples and 80 tokens each" in rep.summary()
+    # 8 samples of 10 tokens: 2 rows of 40 (80 tokens computed) instead of 8 rows padded to 16 (128)
+    assert event == {"samples_per_micro_batch": 8.0, "packed_rows_per_micro_batch": 2.0, "tokens_per_micro_batch": 80.0,
+                     "packed_share_of_padded": 0.625}
+    rep = plan_packing([random.Random(s).randrange(8, 200) for s in range(64)], 256, 8)
+    assert rep.micro_batches == 8 and rep.samples == 64 and rep.share < 0.8
 
 
-def test_arrange_train_packs_to_the_micro_batch_and_the_trainer_uses_its_rows(tmp_path, tokenizer):
-    import math
+def test_packed_and_unpacked_runs_see_the_same_samples_in_each_step(tmp_path, tokenizer):
+    """The Trainer draws the same micro-batches with packing on and off: packing happens inside each."""
+    from transformers import Trainer
 
-    from engine.data.build import TrainData
     from engine.hardware.device import detect_device
     from engine.training.trainer import training_args
 
     cfg = TrainConfig(dataset="builtin:instructions", micro_batch_size=8, packing=True)
-    tok, rows, info = _arranged(cfg, tokenizer, pack=True, max_len=256)
-    assert math.ceil(info["packed_rows"] / info["packed_rows_per_batch"]) == math.ceil(len(tok.examples) / 8)
-    assert 6 <= info["samples_per_micro_batch"] <= 8
-    data = TrainData(rows, [], info)
-    args = training_args(cfg, tmp_path, detect_device(), torch.float32, has_eval=False, train_batch_size=data.train_batch_size)
-    assert args.per_device_train_batch_size == info["packed_rows_per_batch"] <= 8
-    assert TrainData([], [], {}).train_batch_size is None
+    _, plain, _ = _arranged(cfg, tokenizer, pack=False, max_len=256)
+    _, marked, info = _arranged(cfg, tokenizer, pack=True, max_len=256)
+    args = training_args(cfg, tmp_path, detect_device(), torch.float32, has_eval=False)
+    assert args.per_device_train_batch_size == 8 and 7 < info["samples_per_micro_batch"] <= 8  # the last one is short
+
+    def batches(rows):
+        trainer = Trainer(model=_compact(), args=args, train_dataset=rows, data_collator=PackingCollator(tokenizer))
+        out = []
+        for batch in trainer.get_train_dataloader():
+            ids = batch["input_ids"].tolist()
+            out.append(sorted(t for row in ids for t in row if t != tokenizer.pad_token_id))
+        return out
+
+    unpacked, packed = batches(plain), batches(marked)
+    assert len(unpacked) == len(packed) == -(-len(plain) // 8)
+    assert unpacked == packed  # the same tokens in every micro-batch
 
 
 # --------------------------------------------------------------------------------------------------
@@ -320,5 +353,5 @@ def test_packed_training_run_finishes(method, runs_dir, tmp_path):
     assert done["type"] == "done" and done["steps"] == 3 and done["eval_loss"] is not None
     events = read_events(tmp_path / "run")
     data = next(e for e in events if e["type"] == "data")
-    assert data["packed_samples"] == data["train_examples"] > data["packed_rows"] > 0 and data["curriculum"] == "short-to-long"
+    assert 7 < data["samples_per_micro_batch"] <= 8 and 1 <= data["packed_rows_per_micro_batch"] < 8 and data["curriculum"] == "short-to-long"
     assert not any("packing turned off" in str(e.get("phase", "")) for e in events)

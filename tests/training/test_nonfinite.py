@@ -23,11 +23,10 @@ FAST = dict(micro_batch_size=4, max_seq_len=64, logging_steps=1, eval_fraction=0
 def test_a_nan_loss_ends_the_run_through_the_cli(runs_dir, monkeypatch, tmp_path):
     """The loss becomes NaN from step 3 on (as an fp16 overflow makes it): the CLI records the run's `error` event (kind
     nan) at once, no checkpoint of the diverged weights is written, and checkpoint-2 stays the one to resume from."""
-    from transformers import Trainer
-
     from engine.cli import main
+    from engine.training.loss import ScoredPositionsLoss
 
-    real = Trainer.compute_loss
+    real = ScoredPositionsLoss.compute_loss  # the run's loss (engine/training/trainer.py trainer_class)
 
     def overflowing(self, model, inputs, *args, **kwargs):
         loss = real(self, model, inputs, *args, **kwargs)
@@ -35,7 +34,7 @@ def test_a_nan_loss_ends_the_run_through_the_cli(runs_dir, monkeypatch, tmp_path
             return loss * math.inf if isinstance(loss, torch.Tensor) else (loss[0] * math.inf, *loss[1:])
         return loss
 
-    monkeypatch.setattr(Trainer, "compute_loss", overflowing)
+    monkeypatch.setattr(ScoredPositionsLoss, "compute_loss", overflowing)
     cfg = TrainConfig(method="full", base_model="builtin:compact-mini", dataset="builtin:dates", run_name="t-nan-loss",
                       max_steps=8, save_steps=2, learning_rate=1e-3, **FAST)
     config = tmp_path / "run.yaml"
