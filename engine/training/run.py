@@ -29,8 +29,8 @@ from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak, resolve_dtype
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
 from .adapters import prepare_for_method
-from .fast_dropout import use_fast_dropout
 from .builtin import ensure_builtin
+from .fast_dropout import use_fast_dropout
 from .trainer import RunTrainer, build_trainer
 
 log = logging.getLogger("engine.training.run")
