@@ -24,7 +24,8 @@ same model init, data rows, held-out eval rows, seed, optimizer, learning rate, 
            master weights where this CPU is fast at bf16: engine/hardware/cpu_bf16.py), packing inside each
            micro-batch (the same samples per optimizer step: engine/data/packing.py `pack_micro_batch`), and the
            run's Trainer class (engine/training/trainer.py `trainer_class`: the loss on the scored positions only,
-           engine/training/loss.py) and, on a CPU, the adapters' cheaper dropout (engine/training/fast_dropout.py).
+           engine/training/loss.py) and, on a CPU, the adapters' cheaper dropout (engine/training/fast_dropout.py)
+           and attention in fp32 (engine/training/fp32_attention.py).
   --ablation adds "library + bf16" (dynamic padding with our precision) and "ours in fp32" (packing alone), to
            show where the gain comes from.
 
@@ -50,6 +51,7 @@ Threads: 1 by default (`--threads`): on a shared 2-core machine a 2-thread OpenM
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -195,9 +197,10 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
     from transformers import DataCollatorForSeq2Seq, Trainer
 
     from engine.data.build import build_train_data
-    from engine.data.packing import PackingCollator
+    from engine.data.packing import PackingCollator, packed_row_multiple
     from engine.hardware.device import detect_device, dtype_name, resolve_dtype
     from engine.training.fast_dropout import use_fast_dropout
+    from engine.training.fp32_attention import fp32_attention
     from engine.training.trainer import trainer_class, training_args
 
     device = detect_device()
@@ -208,11 +211,11 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
     model, tokenizer = _model(cfg, spec, device, dtype)
     if recipe.startswith("ours") and device.kind == "cpu":
         use_fast_dropout(model)  # as engine/training/run.py does; the baselines keep peft's torch dropout
-    data = build_train_data(cfg, tokenizer, cfg.max_seq_len, pack=cfg.packing)
+    data = build_train_data(cfg, tokenizer, cfg.max_seq_len, pack=cfg.packing, row_multiple=packed_row_multiple(cfg.max_seq_len, device.kind))
     if recipe == "plain":
         collator = DataCollatorForSeq2Seq(tokenizer, padding="max_length", max_length=cfg.max_seq_len, label_pad_token_id=-100)
     else:  # dynamic padding to a multiple of 8 for plain examples (the library default), packed rows for ours
-        collator = PackingCollator(tokenizer, pad_to_multiple_of=8)
+        collator = PackingCollator(tokenizer, pad_to_multiple_of=8, packed_multiple=packed_row_multiple(cfg.max_seq_len, device.kind))
     useful_per_epoch = sum(len(e["input_ids"]) for e in data.train)
     with tempfile.TemporaryDirectory() as out:
         args = training_args(cfg, Path(out), device, dtype, has_eval=False)
@@ -224,7 +227,8 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base_alloc = torch.cuda.memory_allocated()
-        with _RssPeak() as rss:
+        ours_cpu = recipe.startswith("ours") and device.kind == "cpu"
+        with _RssPeak() as rss, fp32_attention() if ours_cpu else contextlib.nullcontext():  # as engine/training/run.py
             t0 = time.perf_counter()
             trainer.train()
             if device.kind == "cuda":

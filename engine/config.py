@@ -202,9 +202,8 @@ class TrainConfig:
                                 details="Computes the loss on the prompt tokens too (default: on the responses only).")
     packing: bool = opt(
         True, "Puts several short examples in one row instead of padding them, so training is faster.", label="Packing",
-        details="Samples never see each other (attention, positions and loss restart per sample), and a micro-batch still holds about "
-        "micro batch samples, so an epoch has the same steps and learning-rate schedule as without packing. Plain-text data is always "
-        "cut into full blocks.",
+        details="Samples never see each other (attention, positions and loss restart per sample). Each micro-batch is packed when it "
+        "is built, so every step trains on the same samples as without packing. Plain-text data is always cut into full blocks.",
     )
     curriculum: Literal["none", "short-to-long", "column"] = opt(
         "none", "The order of the examples: shuffled, shortest first, or easiest first by a difficulty column.", label="Curriculum",

@@ -73,7 +73,8 @@ def eval_records(cfg: TrainConfig) -> RecordSet | None:
         return load_source(cfg.eval_dataset, hub_config=cfg.hub_config, hub_split=cfg.eval_split)
 
 
-def build_train_data(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase, max_len: int, *, pack: bool = False) -> TrainData:
+def build_train_data(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase, max_len: int, *, pack: bool = False,
+                     row_multiple: int = 8) -> TrainData:
     """The train and eval examples of `cfg`, tokenized with `tokenizer` (ready for chat: engine/data/tokenize.py).
 
     Plain text and training from scratch are cut into blocks of `max_len`; other formats are tokenized with prompt
@@ -102,7 +103,7 @@ def build_train_data(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase, max_l
     report.update({"train_examples": len(train), "eval_examples": len(evals)})
     # curriculum order and packing (arrange_train below); the eval set stays unpacked, its loss comparable across runs
     train, arranged = arrange_train(cfg, train, examples=examples, recordset=recordset, report=tok.report if tok else None,
-                                    max_len=max_len, chunked=chunked, pack=pack)
+                                    max_len=max_len, chunked=chunked, pack=pack, row_multiple=row_multiple)
     report.update(arranged)
     return TrainData(train, evals, report)
 
@@ -133,13 +134,15 @@ def arrange_train(
     max_len: int,
     chunked: bool,
     pack: bool,
+    row_multiple: int = 8,
 ) -> tuple[list[dict[str, list[int]]], dict[str, Any]]:
     """The training rows of a run and what to report about them.
 
     train: the examples left after holding out the eval set (a subset of `examples`, same objects).
     report: the tokenization report (row numbers of dropped rows, for the difficulty column).
     pack: packing is on and the model honours packed positions (`supports_packing`). Blocks of plain text
-    (`chunked`) are already full rows and are never packed.
+    (`chunked`) are already full rows and are never packed. row_multiple: the width step of packed rows
+    (engine/data/packing.py `packed_row_multiple`), for the report's token counts.
     """
     curriculum.check_applicable(cfg, chunked)
     info: dict[str, Any] = {}
@@ -148,6 +151,6 @@ def arrange_train(
         info["curriculum"] = cfg.curriculum
     if pack and not chunked:  # the collator packs each micro-batch's samples (engine/data/packing.py)
         info.update(plan_packing([len(e["input_ids"]) for e in train], max_len, cfg.micro_batch_size, seed=cfg.seed,
-                                 shuffle=cfg.curriculum == "none").as_event())
+                                 shuffle=cfg.curriculum == "none", multiple=row_multiple).as_event())
         train = mark_for_packing(train, max_len)
     return train, info

@@ -168,9 +168,12 @@ def step_summary(cfg: TrainConfig, examples: Sequence[dict[str, list[int]]], lan
     text = t("finetune.check.per_step", lang, samples=fmt_number(min(n, cfg.micro_batch_size * accum), lang),
              tokens=fmt_number(round(tokens * min(1.0, cfg.micro_batch_size * accum / n)), lang), steps=fmt_number(steps, lang))
     if cfg.packing:  # what the run will compute: each micro-batch's samples in fewer rows
-        from .packing import plan_packing
+        import torch
 
+        from .packing import packed_row_multiple, plan_packing
+
+        multiple = packed_row_multiple(cfg.max_seq_len, "cuda" if torch.cuda.is_available() else "cpu")
         packed = plan_packing([len(e["input_ids"]) for e in examples], cfg.max_seq_len, cfg.micro_batch_size, seed=cfg.seed,
-                              shuffle=cfg.curriculum == "none")
+                              shuffle=cfg.curriculum == "none", multiple=multiple)
         text += " · " + t("finetune.check.packing", lang, what=pack_text(packed, lang))
     return text

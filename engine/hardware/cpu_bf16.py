@@ -101,3 +101,13 @@ def bf16_reason(cpu_name: str) -> str:
     if speedup <= 0:
         return "this build of torch has no bf16 CPU kernels, so auto computes in fp32"
     return f"bf16 is not faster than fp32 on this CPU ({speedup:.1f}x), so auto computes in fp32"
+
+
+def attention_in_fp32(query: torch.Tensor) -> bool:
+    """Should this attention run in fp32? Yes while training on a CPU in bf16 (bf16 inputs, or autocast to bf16):
+    torch's CPU flash-attention backward is 2.5-2.8x slower in bf16 than in fp32 at 64-256 tokens
+    (bench/attention_dtype.py), and attention is a small share of a step's FLOPs, so the casts cost less than they
+    save. Generation (no gradients) keeps bf16, whose forward is as fast."""
+    if query.device.type != "cpu" or not torch.is_grad_enabled():
+        return False
+    return query.dtype == torch.bfloat16 or (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)

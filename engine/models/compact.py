@@ -32,6 +32,7 @@ from transformers.modeling_utils import slice_logits_to_keep
 from transformers.utils import can_return_tuple
 
 from ..errors import ModelLoadError
+from ..hardware.cpu_bf16 import attention_in_fp32
 
 PRESETS_FILE = Path(__file__).resolve().parents[2] / "presets" / "compact.yaml"
 _NOT_CONFIG_KEYS = ("description",)  # preset metadata; keys starting with "pretrain_" are the pretraining recipe
@@ -103,12 +104,8 @@ class CompactAttention(nn.Module):
         if past_key_values is not None:
             # append this step's keys/values; returns all of them so far: (B, nh, S, hd), S = past + T
             k, v = past_key_values.update(k, v, self.layer_idx)
-        dtype, upcast = q.dtype, q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled()
-        if upcast:
-            # training under CPU bf16 autocast: torch's CPU flash-attention backward is 2.6x slower in bf16 than in
-            # fp32 at 64 tokens (and no faster at 256: bench/attention_dtype.py), and attention is a small share of
-            # the FLOPs, so it runs in fp32 (autocast off: it would cast SDPA back to bf16) and only the projections
-            # around it use bf16
+        dtype, upcast = q.dtype, attention_in_fp32(q)
+        if upcast:  # training under CPU bf16: fp32 attention is faster there (engine/hardware/cpu_bf16.py)
             q, k, v = q.float(), k.float(), v.float()
             if attention_mask is not None and attention_mask.is_floating_point():
                 attention_mask = attention_mask.float()

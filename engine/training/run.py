@@ -12,6 +12,7 @@ train → save → score. Each step writes its events in the same order as it ru
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import shutil
@@ -24,6 +25,7 @@ import torch
 
 from ..config import QuantSettings, TrainConfig
 from ..data.build import TrainData, build_train_data
+from ..data.packing import packed_row_multiple
 from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
 from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak, resolve_dtype
@@ -31,6 +33,7 @@ from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints,
 from .adapters import prepare_for_method
 from .builtin import ensure_builtin
 from .fast_dropout import use_fast_dropout
+from .fp32_attention import fp32_attention
 from .trainer import RunTrainer, build_trainer
 
 log = logging.getLogger("engine.training.run")
@@ -86,7 +89,8 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     run.events.write("phase", phase="training")
     built = build_trainer(cfg, run.run_dir, run.device, run.dtype, models.model, models.tokenizer, data, run.events,
                           mirror=mirror, distill=models.distill)
-    result = built.trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
+    with fp32_attention() if run.device.kind == "cpu" else contextlib.nullcontext():  # see engine/training/fp32_attention.py
+        result = built.trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
     peak = max(built.events.peak_gib, peak_memory_gib(run.device) or 0.0)
     if built.nonfinite.step is not None:
         _diverged(run, built)
@@ -266,7 +270,7 @@ def _build_data(run: RunContext, models: RunModels) -> TrainData:
     cfg, events = run.cfg, run.events
     pack = cfg.packing and _packing_ok(models.model, events) and (cfg.method != "distill" or _packing_ok(models.distill.teacher, events))
     events.write("phase", phase="tokenizing the data")
-    data = build_train_data(cfg, models.tokenizer, models.max_len, pack=pack)
+    data = build_train_data(cfg, models.tokenizer, models.max_len, pack=pack, row_multiple=packed_row_multiple(cfg.max_seq_len, run.device.kind))
     events.write("data", **data.event_fields())
     if cfg.early_stopping_patience > 0 and not data.evals:
         raise ConfigError("early_stopping_patience", cfg.early_stopping_patience,

@@ -163,7 +163,7 @@ def build_trainer(
 ) -> RunTrainer:
     """The Trainer for `model` on `data` (engine/data/build.py `TrainData`); a `DistillTrainer` with the frozen
     teacher of `distill` (engine/training/distill.py `DistillSetup`) for method "distill"."""
-    from ..data.packing import PackingCollator
+    from ..data.packing import PackingCollator, packed_row_multiple
 
     # a mirrored run is the built-in base pretrained for another run: that run's Stop stops it too
     stop_cb = StopFileCallback(run_dir / "STOP", *([Path(mirror.path).parent / "STOP"] if mirror is not None else []))
@@ -177,7 +177,8 @@ def build_trainer(
         args=training_args(cfg, run_dir, device, dtype, has_eval=bool(data.evals)),
         train_dataset=data.train,
         eval_dataset=data.evals or None,
-        data_collator=PackingCollator(tokenizer, pad_to_multiple_of=8),  # packed rows, or padded examples as before
+        # each micro-batch packed (rows in a few widths on a CPU), or padded examples (the eval set, packing off)
+        data_collator=PackingCollator(tokenizer, pad_to_multiple_of=8, packed_multiple=packed_row_multiple(cfg.max_seq_len, device.kind)),
         processing_class=tokenizer,
         callbacks=[nonfinite_cb, events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events), tb_cb, *extra],
         **extra_args,

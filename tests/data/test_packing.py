@@ -355,3 +355,14 @@ def test_packed_training_run_finishes(method, runs_dir, tmp_path):
     data = next(e for e in events if e["type"] == "data")
     assert 7 < data["samples_per_micro_batch"] <= 8 and 1 <= data["packed_rows_per_micro_batch"] < 8 and data["curriculum"] == "short-to-long"
     assert not any("packing turned off" in str(e.get("phase", "")) for e in events)
+
+
+def test_packed_rows_come_in_a_few_widths_on_a_cpu(tokenizer):
+    from engine.data.packing import packed_row_multiple
+
+    assert [packed_row_multiple(n, "cpu") for n in (16, 64, 128, 256, 2048)] == [8, 16, 32, 64, 64]
+    assert packed_row_multiple(256, "cuda") == 8
+    collate = PackingCollator(tokenizer, pad_to_multiple_of=8, packed_multiple=64)
+    batch = collate(mark_for_packing(_examples([10, 12, 9, 30, 11, 14, 8, 20], seed=5), 256))
+    assert batch["input_ids"].shape[1] % 64 == 0
+    assert collate(_examples([5, 9]))["input_ids"].shape == (2, 16)  # the eval set keeps steps of 8

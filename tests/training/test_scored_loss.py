@@ -77,29 +77,3 @@ def test_distillation_keeps_every_positions_logits():
 
     assert not issubclass(trainer_class("distill"), ScoredPositionsLoss)
     assert issubclass(trainer_class("qlora"), ScoredPositionsLoss)
-
-
-def _attention_dtypes(model: torch.nn.Module, batch: dict[str, torch.Tensor], *, grad: bool) -> set[torch.dtype]:
-    """The dtypes the attention kernel itself receives (below autocast, which may recast SDPA's inputs)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    seen = set()
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if "scaled_dot_product" in func.__name__:
-                seen.add(args[0].dtype)
-            return func(*args, **(kwargs or {}))
-
-    with torch.set_grad_enabled(grad), torch.autocast("cpu", dtype=torch.bfloat16), Record():
-        out = model(**batch)
-    if grad:
-        assert out.logits.dtype == torch.bfloat16  # the projections and the head stay in bf16
-        out.loss.backward()
-    return seen
-
-
-def test_compact_attention_runs_in_fp32_while_training_under_cpu_bf16_autocast():
-    model = _model("compact")
-    assert _attention_dtypes(model, _batch(), grad=True) == {torch.float32}
-    assert _attention_dtypes(model, _batch(), grad=False) == {torch.bfloat16}  # generation keeps the bf16 kernel
