@@ -9,7 +9,7 @@ measured against the *strongest* baseline:
     eval loss after the same optimizer steps within +-2%
 
     python bench/train_throughput.py [--suite builtin-full,builtin-lora,llama-lora,llama-qlora] [--repeats N]
-                                     [--ablation] [--json OUT]
+                                     [--ablation] [--recipes library,ours] [--epochs E] [--json OUT]
 
 Recipes (all the transformers `Trainer` with the engine's own TrainingArguments (engine/training/trainer.py), the
 same model init, data rows, held-out eval rows, seed, optimizer, learning rate, schedule and number of epochs):
@@ -378,6 +378,8 @@ def main() -> None:
     ap.add_argument("--suite", default=",".join(SUITES), help="comma-separated: " + ", ".join(SUITES))
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--ablation", action="store_true", help="also run library + bf16 and ours in fp32")
+    ap.add_argument("--recipes", default=None, help="comma-separated subset to run (must include ours and a baseline), e.g. "
+                    "library,ours for long runs where the plain recipe takes too long")
     ap.add_argument("--epochs", type=float, default=None, help="override every suite's epochs")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
     ap.add_argument("--seed", type=int, default=42)
@@ -398,6 +400,11 @@ def main() -> None:
     if unknown:
         ap.error(f"--suite: unknown {unknown}; choose from {', '.join(SUITES)}")
     recipes = (*RECIPES, *ABLATION) if args.ablation else RECIPES
+    if args.recipes:
+        chosen = tuple(r.strip() for r in args.recipes.split(",") if r.strip())
+        if "ours" not in chosen or not {"plain", "library"} & set(chosen) or set(chosen) - {*RECIPES, *ABLATION}:
+            ap.error(f"--recipes: ours, plain and/or library, and any of {', '.join(ABLATION)}")
+        recipes = chosen
     from engine.hardware.device import detect_device, precision_reason
 
     print(f"precision: {precision_reason(detect_device())}", flush=True)

@@ -7,19 +7,30 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from engine.models.compact import CompactConfig, CompactForCausalLM
-from engine.training.fast_dropout import FastDropout, keep_mask, use_fast_dropout
+from engine.training.fast_dropout import FastDropout, dropout_mask, use_fast_dropout
 
 
 def test_keep_rate_and_scale_match_p():
     torch.manual_seed(0)
-    keep, scale = keep_mask(torch.Size([1000, 1001]), 0.05)  # an odd size: the last random word is cut
-    assert keep.shape == (1000, 1001) and keep.dtype == torch.bool
-    rate = keep.float().mean().item()
-    assert abs(rate - 0.95) < 0.002  # 1,001,000 draws: the standard error is 0.0002
-    assert abs(scale * (1 - round(0.05 * 2**15) / 2**15) - 1) < 1e-12  # the exact inverse of the keep rate
+    mask = dropout_mask(torch.Size([1000, 1001]), 0.05)  # an odd size: the last random word is cut
+    assert mask.shape == (1000, 1001) and mask.dtype == torch.float32
+    keep = mask != 0
+    assert abs(keep.float().mean().item() - 0.95) < 0.002  # 1,001,000 draws: the standard error is 0.0002
+    scale = 2**15 / (2**15 - round(0.05 * 2**15))  # the exact inverse of the keep rate
+    assert torch.all(mask[keep] == torch.tensor(scale, dtype=torch.float32))
     # the four 15-bit lanes of a random word are all uniform (none may be stuck)
     lanes = keep.flatten()[: 4 * 250_000].view(-1, 4).float().mean(0)
     assert torch.all((lanes - 0.95).abs() < 0.005), lanes
+
+
+def test_a_bf16_input_stays_bf16_and_is_scaled_in_fp32():
+    torch.manual_seed(2)
+    x = torch.randn(64, 48).bfloat16().requires_grad_()
+    y = FastDropout(0.05).train()(x)
+    kept = y != 0
+    scale = 2**15 / (2**15 - round(0.05 * 2**15))
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y[kept], (x[kept].float() * scale).bfloat16(), rtol=0, atol=0)
 
 
 def test_forward_and_backward_use_one_mask():
