@@ -24,8 +24,9 @@ same model init, data rows, held-out eval rows, seed, optimizer, learning rate, 
            master weights where this CPU is fast at bf16: engine/hardware/cpu_bf16.py), packing inside each
            micro-batch (the same samples per optimizer step: engine/data/packing.py `pack_micro_batch`), and the
            run's Trainer class (engine/training/trainer.py `trainer_class`: the loss on the scored positions only,
-           engine/training/loss.py) and, on a CPU, the adapters' cheaper dropout (engine/training/fast_dropout.py)
-           and attention in fp32 (engine/training/fp32_attention.py).
+           engine/training/loss.py) and, on a CPU, the adapters' cheaper dropout (engine/training/fast_dropout.py),
+           attention in fp32 (engine/training/fp32_attention.py) and a bounded oneDNN kernel cache
+           (engine/hardware/cpu_bf16.py `bound_kernel_cache`).
   --ablation adds "library + bf16" (dynamic padding with our precision) and "ours in fp32" (packing alone), to
            show where the gain comes from.
 
@@ -192,6 +193,11 @@ def eval_loss(model: Any, examples: list[dict[str, list[int]]], device: Any, dty
 
 def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
     import resource
+
+    if recipe.startswith("ours"):  # as `python -m engine train` does first (the app's training subprocess)
+        from engine.hardware.cpu_bf16 import bound_kernel_cache
+
+        bound_kernel_cache()
 
     import torch
     from transformers import DataCollatorForSeq2Seq, Trainer

@@ -68,6 +68,9 @@ def _merge(base: dict[str, Any], flat: dict[str, Any]) -> dict[str, Any]:
 def cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
+    from .hardware.cpu_bf16 import bound_kernel_cache
+
+    bound_kernel_cache()  # before this training process's first matmul
     from .hardware.distributed import is_main_process as distributed_main
     from .refs import default_runs_dir
     from .runs import EventLog, run_path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,14 @@ def test_bf16_run_trains_fp32_master_weights_in_bf16_autocast(runs_dir, tmp_path
     assert start["dtype"] == "bfloat16" and start["precision_note"] == "bf16, as chosen"
     fp32 = run_training(dataclasses.replace(base, precision="fp32"), tmp_path / "fp32", runs_dir=runs_dir)
     assert abs(done["eval_loss"] - fp32["eval_loss"]) / fp32["eval_loss"] < 0.02
+
+
+def test_a_training_process_bounds_onednns_kernel_cache(monkeypatch):
+    from engine.hardware.cpu_bf16 import KERNEL_CACHE_ENV, bound_kernel_cache
+
+    monkeypatch.delenv(KERNEL_CACHE_ENV, raising=False)
+    bound_kernel_cache()
+    assert os.environ[KERNEL_CACHE_ENV] == "32"
+    monkeypatch.setenv(KERNEL_CACHE_ENV, "256")  # the user's own setting wins
+    bound_kernel_cache()
+    assert os.environ[KERNEL_CACHE_ENV] == "256"
