@@ -117,7 +117,7 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int
     return bins
 
 
-def _pack_group(examples: Sequence[dict[str, list[int]]], group: Sequence[int]) -> dict[str, list[int]]:
+def pack_row(examples: Sequence[dict[str, list[int]]], group: Sequence[int]) -> dict[str, list[int]]:
     """One packed row of the examples at `group`: their tokens, labels (first label of each -100) and positions."""
     ids: list[int] = []
     labels: list[int] = []
@@ -131,7 +131,8 @@ def _pack_group(examples: Sequence[dict[str, list[int]]], group: Sequence[int]) 
     return {"input_ids": ids, "labels": labels, "position_ids": positions}
 
 
-def _width(tokens: int, multiple: int) -> int:
+def padded_width(tokens: int, multiple: int) -> int:
+    """`tokens` rounded up to a multiple of `multiple`: the width the collator pads a row of that length to."""
     return -(-tokens // multiple) * multiple
 
 
@@ -151,7 +152,7 @@ def pack_micro_batch(lengths: Sequence[int], max_len: int, multiple: int = 8) ->
     best: tuple[int, list[list[int]]] | None = None
     for capacity in capacities:
         groups = first_fit_decreasing(lengths, capacity)
-        cost = len(groups) * _width(max(sum(lengths[i] for i in g) for g in groups), multiple)
+        cost = len(groups) * padded_width(max(sum(lengths[i] for i in g) for g in groups), multiple)
         if best is None or cost < best[0]:
             best = (cost, groups)
     return best[1]
@@ -176,8 +177,8 @@ def plan_packing(lengths: Sequence[int], max_len: int, micro_batch_size: int, *,
         samples += len(sizes)
         rows += len(groups)
         tokens += sum(sizes)
-        packed += len(groups) * _width(max(sum(sizes[i] for i in g) for g in groups), multiple)
-        padded += len(sizes) * _width(max(sizes), multiple)
+        packed += len(groups) * padded_width(max(sum(sizes[i] for i in g) for g in groups), multiple)
+        padded += len(sizes) * padded_width(max(sizes), multiple)
     return PackReport(samples=samples, micro_batches=micro_batches, rows=rows, tokens=tokens, packed_tokens=packed,
                       padded_tokens=padded, max_len=max_len)
 
@@ -234,7 +235,7 @@ class PackingCollator:
             if not all(marked):
                 raise ValueError("a batch mixes examples marked for packing and plain ones")
             groups = pack_micro_batch([len(f["input_ids"]) for f in features], int(features[0][PACK_KEY]), self.packed_multiple)
-            return self._rows([_pack_group(features, group) for group in groups], self.packed_multiple)
+            return self._rows([pack_row(features, group) for group in groups], self.packed_multiple)
         packed = ["position_ids" in f for f in features]
         if not any(packed):
             return self.padded(features)
@@ -244,7 +245,7 @@ class PackingCollator:
 
     def _rows(self, features: list[dict[str, Any]], multiple: int) -> dict[str, torch.Tensor]:
         longest = max(len(f["input_ids"]) for f in features)
-        width = _width(longest, multiple)
+        width = padded_width(longest, multiple)
         ids, labels, positions = [], [], []
         for f in features:
             pad = width - len(f["input_ids"])

@@ -16,10 +16,11 @@ from engine.data.formats import load_records
 from engine.data.packing import (
     PACK_KEY,
     PackingCollator,
-    _width,
     first_fit_decreasing,
     mark_for_packing,
     pack_micro_batch,
+    pack_row,
+    padded_width,
     plan_packing,
     supports_packing,
 )
@@ -43,9 +44,7 @@ class _Tok:  # what PackingCollator reads of a tokenizer for packed rows
 
 def _rows(examples: list[dict], max_len: int) -> list[dict[str, list[int]]]:
     """The packed rows the collator builds from one micro-batch of `examples`."""
-    from engine.data.packing import _pack_group
-
-    return [_pack_group(examples, g) for g in pack_micro_batch([len(e["input_ids"]) for e in examples], max_len)]
+    return [pack_row(examples, g) for g in pack_micro_batch([len(e["input_ids"]) for e in examples], max_len)]
 
 
 @pytest.fixture(scope="module")
@@ -275,8 +274,8 @@ def test_pack_micro_batch_keeps_every_sample_and_never_computes_more_than_paddin
     groups = pack_micro_batch(lengths, max_len)
     assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
     assert all(sum(lengths[i] for i in g) <= max(max_len, max(lengths)) for g in groups)
-    packed = len(groups) * _width(max(sum(lengths[i] for i in g) for g in groups), 8)
-    assert packed <= len(lengths) * _width(max(lengths), 8)
+    packed = len(groups) * padded_width(max(sum(lengths[i] for i in g) for g in groups), 8)
+    assert packed <= len(lengths) * padded_width(max(lengths), 8)
     assert pack_micro_batch(lengths, max_len) == groups  # deterministic: a resumed run rebuilds the same rows
 
 
