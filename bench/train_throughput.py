@@ -344,7 +344,7 @@ def _table(suite: str, results: list[dict[str, Any]], spec: dict[str, Any]) -> t
         f"{spec['max_seq_len']}, {spec['epochs']:g} epoch(s), lr {spec['lr']:g}, device {first['device']}, threads {spec['threads']}, "
         f"{len(by['ours'])} run(s) each (interleaved)",
         "",
-        f"| recipe | precision | rows x micro-batch x accum | optimizer steps | useful tokens | useful tok/s (max / median) | train peak ({unit}, min / median) | eval loss after | date-task accuracy |",
+        f"| recipe | precision | samples x micro-batch x accum | optimizer steps | useful tokens | useful tok/s (max / median) | train peak ({unit}, min / median) | eval loss after | date-task accuracy |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in recipes:

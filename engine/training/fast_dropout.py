@@ -14,6 +14,7 @@ Only the adapters' dropouts on a CPU are replaced (`use_fast_dropout`); a GPU's 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -41,9 +42,7 @@ def dropout_mask(shape: torch.Size, p: float, device: torch.device | str = "cpu"
     """An fp32 tensor of `shape` holding 0 (probability round(p * 2^15) / 2^15) or the inverse of the keep
     probability, so that its mean is exactly 1. Four elements per random int64 (its 63 random bits hold four
     15-bit lanes)."""
-    n = 1
-    for size in shape:
-        n *= size
+    n = math.prod(shape)
     drop = round(p * _LEVELS)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
     lanes = words.view(torch.int16)[:n].bitwise_and_(_LEVELS - 1)  # the top lane's sign bit is 0 anyway
