@@ -25,6 +25,7 @@ same model init, data rows, held-out eval rows, seed, optimizer, learning rate, 
            micro-batch (the same samples per optimizer step: engine/data/packing.py `pack_micro_batch`), and the
            run's Trainer class (engine/training/trainer.py `trainer_class`: the loss on the scored positions only,
            engine/training/loss.py) and, on a CPU, the adapters' cheaper dropout (engine/training/fast_dropout.py),
+           4-bit layers that return bf16 under autocast like torch's Linear (engine/training/autocast_4bit.py),
            attention in fp32 (engine/training/fp32_attention.py) and a bounded oneDNN kernel cache
            (engine/hardware/cpu_bf16.py `bound_kernel_cache`).
   --ablation adds "library + bf16" (dynamic padding with our precision) and "ours in fp32" (packing alone), to
@@ -205,6 +206,7 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
     from engine.data.build import build_train_data
     from engine.data.packing import PackingCollator, packed_row_multiple
     from engine.hardware.device import detect_device, dtype_name, resolve_dtype
+    from engine.training.autocast_4bit import autocast_4bit_outputs
     from engine.training.fast_dropout import use_fast_dropout
     from engine.training.fp32_attention import fp32_attention
     from engine.training.trainer import trainer_class, training_args
@@ -215,8 +217,9 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
     cfg = _train_config(recipe, spec)
     dtype = resolve_dtype(cfg.precision, device)
     model, tokenizer = _model(cfg, spec, device, dtype)
-    if recipe.startswith("ours") and device.kind == "cpu":
-        use_fast_dropout(model)  # as engine/training/run.py does; the baselines keep peft's torch dropout
+    if recipe.startswith("ours") and device.kind == "cpu":  # as engine/training/run.py does
+        use_fast_dropout(model)  # the baselines keep peft's torch dropout
+        autocast_4bit_outputs(model)  # QLoRA under bf16 autocast: 4-bit layers return bf16 (ours-fp32: no autocast)
     data = build_train_data(cfg, tokenizer, cfg.max_seq_len, pack=cfg.packing, row_multiple=packed_row_multiple(cfg.max_seq_len, device.kind))
     if recipe == "plain":
         collator = DataCollatorForSeq2Seq(tokenizer, padding="max_length", max_length=cfg.max_seq_len, label_pad_token_id=-100)

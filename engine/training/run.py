@@ -31,6 +31,7 @@ from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak, resolve_dtype
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
 from .adapters import prepare_for_method
+from .autocast_4bit import autocast_4bit_outputs
 from .builtin import ensure_builtin
 from .fast_dropout import use_fast_dropout
 from .fp32_attention import fp32_attention
@@ -86,6 +87,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     models.model = prepare_for_method(cfg, models.model, run.events)
     if run.device.kind == "cpu":
         use_fast_dropout(models.model)  # the adapters' dropout: the same masks from cheaper random bits
+        autocast_4bit_outputs(models.model)  # QLoRA: 4-bit layers return bf16 under autocast, as Linear does
     run.events.write("phase", phase="training")
     built = build_trainer(cfg, run.run_dir, run.device, run.dtype, models.model, models.tokenizer, data, run.events,
                           mirror=mirror, distill=models.distill)
