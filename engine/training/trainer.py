@@ -4,6 +4,7 @@ TensorBoard, eval patience), the collator, and the distillation trainer for meth
 
 from __future__ import annotations
 
+import gc
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,9 +140,28 @@ class CountedParameters:
         return 6 * inputs[main_input].numel() * self._counted[1]
 
 
+class FrozenStartupObjects:
+    """Mixed into a run's `Trainer`: the objects that exist when training starts (the imported modules, the model,
+    the data) are frozen out of Python's garbage collector while `train()` runs. The Trainer starts with a full
+    `gc.collect()` (accelerate's `free_memory`), which otherwise scans them all to find nothing: a quarter of a second
+    of every run (8% of a one-epoch tiny Llama LoRA run on a CPU). Objects made while training are collected as
+    usual, and everything is unfrozen afterwards (no leak in a long-lived process that trains several times). A
+    process that froze objects itself is left alone."""
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        if gc.get_freeze_count():
+            return super().train(*args, **kwargs)
+        gc.freeze()
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            gc.unfreeze()
+
+
 def trainer_class(method: str) -> type:
     """The Trainer class of a run of `method`: transformers' `Trainer` (the `DistillTrainer` for "distill") with
-    atomic checkpoints, the parameter count of the FLOP tally made once (`CountedParameters`) and, except for
+    atomic checkpoints, the start-up objects frozen out of the garbage collector while it trains
+    (`FrozenStartupObjects`), the parameter count of the FLOP tally made once (`CountedParameters`) and, except for
     distillation (whose loss needs every position's logits), the loss computed on the scored positions only
     (engine/training/loss.py)."""
     from transformers import Trainer
@@ -151,8 +171,8 @@ def trainer_class(method: str) -> type:
     if method == "distill":
         from .distill import DistillTrainer
 
-        return type("AtomicDistillTrainer", (AtomicCheckpoints, CountedParameters, DistillTrainer), {})
-    return type("AtomicScoredTrainer", (AtomicCheckpoints, CountedParameters, ScoredPositionsLoss, Trainer), {})
+        return type("AtomicDistillTrainer", (AtomicCheckpoints, FrozenStartupObjects, CountedParameters, DistillTrainer), {})
+    return type("AtomicScoredTrainer", (AtomicCheckpoints, FrozenStartupObjects, CountedParameters, ScoredPositionsLoss, Trainer), {})
 
 
 @dataclass
