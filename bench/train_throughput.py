@@ -24,7 +24,8 @@ same model init, data rows, held-out eval rows, seed, optimizer, learning rate, 
            master weights where this CPU is fast at bf16: engine/hardware/cpu_bf16.py), packing inside each
            micro-batch (the same samples per optimizer step: engine/data/packing.py `pack_micro_batch`), and the
            run's Trainer class (engine/training/trainer.py `trainer_class`: the loss on the scored positions only,
-           engine/training/loss.py) and, on a CPU, the adapters' cheaper dropout (engine/training/fast_dropout.py),
+           engine/training/loss.py; the start-up objects frozen out of its opening gc.collect; the FLOP tally's
+           parameters counted once) and, on a CPU, the adapters' cheaper dropout (engine/training/fast_dropout.py),
            4-bit layers that return bf16 under autocast like torch's Linear (engine/training/autocast_4bit.py),
            attention in fp32 (engine/training/fp32_attention.py) and a bounded oneDNN kernel cache
            (engine/hardware/cpu_bf16.py `bound_kernel_cache`).

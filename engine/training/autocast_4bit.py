@@ -5,7 +5,8 @@ bitsandbytes `Linear4bit` is not autocast-aware: it casts its input to its compu
 result back to the *input's* dtype (`.to(inp_dtype)`). In a QLoRA model the residual stream stays fp32 (the
 embeddings and norms are not quantized), so every 4-bit projection's output went back to fp32: the LoRA sum,
 SiLU, the gate product and the next projection's input all ran in fp32, with an fp32 copy of each
-`tokens x intermediate` tensor forward and backward (10% of a tiny Llama's QLoRA step on a CPU was `copy_`).
+`tokens x intermediate` tensor forward and backward (`copy_` was 10% of a tiny Llama's QLoRA step on a CPU, and a
+quarter of it these casts).
 
 `autocast_4bit_outputs` gives each 4-bit layer an input already in the autocast dtype while autocast is on and
 that dtype is the layer's compute dtype. The layer computes exactly what it computed before (it made the same cast
