@@ -32,7 +32,8 @@ from typing import Any
 import torch
 
 
-def _linear4bit_modules(model: torch.nn.Module) -> list[Any]:
+def linear4bit_modules(model: torch.nn.Module) -> list[Any]:
+    """Every bitsandbytes 4-bit linear layer of `model` (none when bitsandbytes is not installed)."""
     try:
         import bitsandbytes as bnb
     except ImportError:  # no bitsandbytes -> there can be no 4-bit layer to guard
@@ -42,7 +43,7 @@ def _linear4bit_modules(model: torch.nn.Module) -> list[Any]:
 
 def disable_cpu_repack(model: torch.nn.Module) -> int:
     """Stop every bitsandbytes Linear4bit in `model` from repacking its weight on CPU; returns how many."""
-    layers = _linear4bit_modules(model)
+    layers = linear4bit_modules(model)
     for layer in layers:
         layer.support_avx512bf16_for_cpu = False
     return len(layers)
@@ -59,7 +60,7 @@ def undo_cpu_repack(model: torch.nn.Module) -> int:
     from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse
 
     undone = 0
-    for layer in _linear4bit_modules(model):
+    for layer in linear4bit_modules(model):
         if not is_repacked(layer):
             continue
         weight = layer.weight
@@ -72,7 +73,7 @@ def undo_cpu_repack(model: torch.nn.Module) -> int:
 
 def count_repacked(model: torch.nn.Module) -> int:
     """How many Linear4bit layers of `model` are currently in the CPU inference layout."""
-    return sum(is_repacked(layer) for layer in _linear4bit_modules(model))
+    return sum(is_repacked(layer) for layer in linear4bit_modules(model))
 
 
 def prepare_for_training(model: torch.nn.Module) -> int:

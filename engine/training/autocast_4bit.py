@@ -16,10 +16,10 @@ itself); its output now stays in that dtype, as a non-quantized LoRA model's doe
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
+
+from ..models.bnb_safety import linear4bit_modules
 
 
 def _autocast_input(module: nn.Module, args: tuple) -> tuple | None:
@@ -39,11 +39,7 @@ def _autocast_input(module: nn.Module, args: tuple) -> tuple | None:
 def autocast_4bit_outputs(model: nn.Module) -> int:
     """Register `_autocast_input` on every bitsandbytes 4-bit linear layer of `model`; returns how many (0 for a
     model that is not quantized in 4-bit, or when bitsandbytes is not installed)."""
-    try:
-        import bitsandbytes as bnb
-    except ImportError:  # no 4-bit layers without bitsandbytes
-        return 0
-    layers: list[Any] = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    layers = linear4bit_modules(model)
     for layer in layers:
         layer.register_forward_pre_hook(_autocast_input)
     return len(layers)
