@@ -37,6 +37,7 @@ from pathlib import Path
 
 from ..config import TrainConfig
 from ..errors import JobError
+from ..refs import DATA_REF_FIELDS, MODEL_REF_FIELDS, check_visitor_refs
 from ..runs import RunSummary, atomic_write_text, run_path, save_config, summarize
 from ..sharing import child_env, is_shared
 
@@ -164,7 +165,9 @@ class JobManager:
 
     def start(self, cfg: TrainConfig, owner: str | None = None) -> str:
         """Start a new run; refuses while another run is going. Returns the run name. `owner`: the key of the
-        browser that starts it (only that key may stop it when `owner_only`)."""
+        browser that starts it (only that key may stop it when `owner_only`). On a shared app the run's references go
+        through the visitor gate first (engine/refs.py `check_visitor_refs`), whichever entry started it."""
+        check_visitor_refs({name: getattr(cfg, name, "") for name in (*MODEL_REF_FIELDS, *DATA_REF_FIELDS)})
         with self._lock:
             busy = self.active()
             if busy:
