@@ -32,12 +32,16 @@ def resolve(ref: str) -> Arch:
     """The architecture behind a model reference (cached). Raises ModelLoadError/ConfigError with a clear message."""
     if not isinstance(ref, str) or not ref.strip():
         raise KeyedConfigError("model", ref, Msg("estimator.allowed.model"))
-    ref = ref.strip()
-    if is_shared() and looks_like_path(ref):
-        # the gate every entry goes through (page, API, MCP): on a shared app a config file must be the visitor's own
-        # upload, refused alike whether the path exists or not (engine/refs.py)
-        ref = check_visitor_path(ref, "model", "config")
-    return _resolve_cached(ref)
+    return _resolve_cached(gate(ref.strip()))
+
+
+def gate(ref: str) -> str:
+    """The gate every estimator entry goes through (page, API, MCP; `resolve` and memory.py `query_key`, before any
+    cache): on a shared app a path must be one of the visitor's own uploads, refused alike whether it exists or not
+    (engine/refs.py `check_visitor_path`); returned as it is otherwise."""
+    if is_shared() and isinstance(ref, str) and looks_like_path(ref.strip()):
+        return check_visitor_path(ref.strip(), "model", "config")
+    return ref
 
 
 @functools.lru_cache(maxsize=256)
