@@ -11,7 +11,6 @@ import json
 import shutil
 import stat
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
