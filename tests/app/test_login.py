@@ -127,3 +127,20 @@ def test_mcp_with_a_login_is_refused_at_start_naming_the_gradio_code(monkeypatch
         assert "gradio/mcp.py" in err and "_get_or_create_client" in err
     seen = _main_launch(monkeypatch, tmp_path, ["--mcp", "--no-auth"], {"GRADIO_SHARE": "true"})  # open on purpose: allowed
     assert seen["mcp_server"] and seen["auth"] is None and seen["share"] is True
+
+
+def test_gradios_mcp_server_ignores_the_login_so_mcp_with_a_login_is_refused(tmp_path, runs_dir):
+    """What gradio does (the reason for the refusal): behind launch(auth=...), the page answers 401 but the MCP schema (every
+    tool with its inputs) answers anyone. If gradio starts checking the login there, this test fails: then revisit the refusal."""
+    import shutil
+
+    pytest.importorskip("mcp")
+
+    runs = tmp_path / "runs"
+    shutil.copytree(runs_dir / "_builtin", runs / "_builtin")
+    with running_app(runs, mcp=True, launch={"auth": ("lab", "pw-123")}) as demo:
+        base = demo.local_url.rstrip("/")
+        assert httpx.get(f"{base}/config").status_code == 401
+        assert httpx.get(f"{base}/gradio_api/mcp/schema").status_code == 200  # no login asked
+    with pytest.raises(Exception, match="gradio/mcp.py"):  # noqa: B017 - the app's own refusal (engine/sharing.py)
+        sharing.check_mcp_login(True, ("lab", "pw-123"))
