@@ -379,9 +379,17 @@ def bands_yaml(records: list[dict[str, Any]], fits: dict[str, Any]) -> str:
 
     sel = [r for r in records if "loso_err" in r]
     cats = {c: accuracy.error_summary([r["loso_err"] for r in sel if r["category"] == c]) for c in accuracy.CATEGORIES}
+    subsets = {}
+    for c in accuracy.CATEGORIES[1:]:  # training jobs, with and without gradient checkpointing
+        for ckpt in (True, False):
+            rs = [r for r in sel if r["category"] == c and r["query"].grad_ckpt == ckpt]
+            if rs:
+                subsets[accuracy.subset_name(c, ckpt)] = {**accuracy.error_summary([r["loso_err"] for r in rs]),
+                                                          "sources": len({r["source"] for r in rs})}
     rows = [{"model": r["model"], "category": r["category"], "batch": r["query"].batch, "seq_len": r["query"].seq_len,
-             "metric": r["metric"], "loso_err": round(r["loso_err"], 4), "source": r["source"]} for r in sel]
-    data = {"categories": cats, "fitted_on_all_sources": {k: float(v) for k, v in fits["fit_on_all"].items()}, "rows": rows}
+             "grad_ckpt": bool(r["query"].grad_ckpt), "metric": r["metric"], "loso_err": round(r["loso_err"], 4), "source": r["source"]}
+            for r in sel]
+    data = {"categories": cats, "subsets": subsets, "fitted_on_all_sources": {k: float(v) for k, v in fits["fit_on_all"].items()}, "rows": rows}
     header = ("# Written by `python bench/memory_accuracy.py --write-bands`; do not edit by hand.\n"
               "# Leave-one-source-out (LOSO) error of the memory estimator on the published measurements of\n"
               "# bench/data/memory_calibration.csv: for each source, the calibrated coefficients are refitted on all other\n"

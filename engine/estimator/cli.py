@@ -101,6 +101,7 @@ def _tier_info(query: MemoryQuery, tier: str) -> dict[str, Any]:
         "tier": tier,
         # what this card's nvidia-smi would show: allocated + reserve + this card generation's CUDA context + paged state
         "need_on_tier_gib": round(need + paged, 4),
+        "resident_on_tier_gib": round(need, 4),  # what must stay on the card: the verdict's basis (paged state can page out)
         "verdict_on_tier": memory.tier_verdict(query, card),
         "max_batch": memory.max_batch(query, tier),
         "max_seq_len": memory.max_seq_len(query, tier),

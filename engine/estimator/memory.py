@@ -46,7 +46,8 @@ from .texts import KeyedConfigError, Msg, term_name, term_what, tier_msg
 
 __all__ = [
     "MemoryEstimate", "Suggestion", "estimate", "hardware_tiers", "catalog", "model_choices", "max_batch", "max_seq_len",
-    "make_it_fit", "breakdown_rows", "detail_rows", "arch_from_manual", "query_from_json", "tier_verdict", "TERMS", "CAL",
+    "make_it_fit", "breakdown_rows", "detail_rows", "residency_rows", "arch_from_manual", "query_from_json", "tier_verdict", "query_band",
+    "paged_out_gib", "paging_seconds", "TERMS", "CAL",
 ]
 
 GIB = 2**30
@@ -94,7 +95,7 @@ class MemoryEstimate:
     trainable_params: int
     breakdown_gib: dict[str, float]  # TERMS order; sums to total_gib (allocated = the terms above fragmentation, less paged state)
     allocated_gib: float  # torch.cuda.max_memory_allocated() at the peak
-    total_gib: float  # what nvidia-smi shows: allocated + fragmentation + CUDA context
+    total_gib: float  # what nvidia-smi shows: allocated + fragmentation + CUDA context + paged state while resident
     tiers: dict[str, str]  # tier name -> fits | tight | no
     notes: list[str] = field(default_factory=list)
     phase: str = ""  # the phase where the peak happens
@@ -102,6 +103,17 @@ class MemoryEstimate:
     effective_batch: int = 1
     details_gib: dict[str, float] = field(default_factory=dict)  # named physical components inside the terms
     band: Band | None = None  # where the measured peak is expected (factors of the prediction), cross-validated
+    paged_out_gib: dict[str, float] = field(default_factory=dict)  # tier -> paged state living in CPU RAM there (jobs that run)
+
+    @property
+    def resident_gib(self) -> float:
+        """What must stay on the GPU (allocated + allocator reserve + CUDA context): what the verdict is based on."""
+        return self.total_gib - self.spillable_gib
+
+    @property
+    def pageable_gib(self) -> float:
+        """What may page out to CPU RAM: paged optimizer state (unified memory)."""
+        return self.spillable_gib
 
     def range_gib(self, value: float, fixed: float = 0.0) -> tuple[float, float]:
         """The band around `value`; `fixed` (the CUDA context) is not scaled."""
@@ -120,6 +132,9 @@ class MemoryEstimate:
             "tiers": dict(self.tiers),
             "peak_phase": self.phase,
             "spillable_gib": round(self.spillable_gib, 4),
+            "resident_gib": round(self.resident_gib, 4),
+            "pageable_gib": round(self.pageable_gib, 4),
+            "paged_out_gib": {k: round(v, 4) for k, v in self.paged_out_gib.items() if v > 0},
             "effective_batch": self.effective_batch,
             "details_gib": {str(k): round(v, 4) for k, v in self.details_gib.items()},
             "band": None if self.band is None else {
@@ -320,8 +335,36 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     grad_b = p.master if full else p.adapter
     adapters = 0.0 if full else n_lora * p.adapter
     grads = trainable * grad_b
-    opt_state, step_tmp, paged = _optimizer(q.optimizer, arch, trainable, grad_b, full)
+    largest = max(max_lin, arch.vocab * h) if full else max((q.lora_r * max(m.d_in, m.d_out) for m in lora_mods), default=0)
+    if lora_head:
+        largest = max(largest, q.lora_r * arch.vocab)
+    opt_state, step_tmp, paged = _optimizer(q.optimizer, arch, trainable, grad_b, full, largest)
     details: dict[str, float] = {}
+    gpus = q.gpus if q.distributed != "none" else 1
+    ddp_bucket = 0.0
+    if gpus > 1 and q.distributed == "fsdp":
+        # FULL_SHARD with one FSDP unit per decoder layer (accelerate's TRANSFORMER_BASED_WRAP): every GPU keeps 1/gpus of
+        # each flat parameter, its gradient and its optimizer state. While a layer runs it is gathered whole, and the
+        # next one is prefetched: two layers' weights at a time. The root unit (embeddings, lm_head, final norm) is
+        # gathered at the start of forward and stays whole until the end of backward.
+        # Under mixed precision the gathered copies are in the compute dtype (accelerate sets FSDP's param_dtype to it);
+        # packed 4-bit weights are gathered as they are stored.
+        quant = p.storage in QUANT_DTYPES
+        stored = p.master if full else (p.nonquant if quant else FLOAT_BYTES.get(p.storage, p.c))
+        gathered = p.c if p.autocast else stored
+        root_params = arch.params_embedding + arch.params_lm_head
+        root = root_params * gathered
+        per_layer = (weights + consts - root_params * stored) / arch.n_layers
+        two_layers = 2 * (per_layer if quant else per_layer * gathered / stored)
+        weights, consts = weights / gpus + root + two_layers, consts / gpus
+        adapters, grads, opt_state, paged = adapters / gpus, grads / gpus, opt_state / gpus, paged / gpus
+        details[Msg("estimator.detail_dist.fsdp_root")] = root
+        details[Msg("estimator.detail_dist.fsdp_gathered")] = two_layers
+    elif gpus > 1 and q.distributed == "ddp":
+        # DDP's reducer allocates its gradient buckets once, the size of all gradients (gradient_as_bucket_view is off
+        # in accelerate's default DistributedDataParallelKwargs), and keeps them for the whole run.
+        ddp_bucket = grads
+        details[Msg("estimator.detail_dist.ddp_bucket")] = ddp_bucket
 
     tokens = b * s
     a_tok, a_seq = layer_activations(arch, q, p, lora_mods)
@@ -376,7 +419,7 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
         copies = c * ((n_lora - head_lora) / (arch.n_layers if q.grad_ckpt else 1) + head_lora)
         tmp += copies
         details[Msg("estimator.detail.adapter_copies")] = copies
-    g_pre = grads if q.grad_accum > 1 else 0.0
+    g_pre = (grads if q.grad_accum > 1 else 0.0) + ddp_bucket
     static = {"weights": weights, "quantization constants": consts, "trainable weights": adapters, "optimizer state": opt_state}
     # Full fine-tuning: lm_head's weight gradient appears while the 16-bit gradient of the logits is alive.
     head_grad = head_numel * grad_b + c * V * tokens if full else 0.0
@@ -385,22 +428,25 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
              "activations": acts + (work if top == work else 0.0),
              "logits/loss": loss if top == loss else (c * V * tokens if top == head_grad else 0.0), "temporary buffers": tmp}
     emb_tmp = head_numel * grad_b if (full and arch.tied) else 0.0  # the tied embedding's two gradients are summed
-    end = {**static, "gradients": grads, "temporary buffers": emb_tmp}
-    step = {**static, "gradients": grads, "temporary buffers": step_tmp}
+    end = {**static, "gradients": grads + ddp_bucket, "temporary buffers": emb_tmp}
+    step = {**static, "gradients": grads + ddp_bucket, "temporary buffers": step_tmp}
     phase, out = max((("start of backward", start), ("end of backward", end), ("optimizer step", step)), key=lambda kv: sum(kv[1].values()))
     if q.grad_accum > 1 and full:
         notes.append(Msg("estimator.note.accumulation"))
     if out.get("logits/loss"):
         details[Msg("estimator.detail.logits")] = out["logits/loss"]
     if step_tmp and phase == "optimizer step":
-        details[Msg("estimator.detail.step_temporary")] = step_tmp
+        details[Msg("estimator.detail_dist.paged_prefetch" if paged else "estimator.detail.step_temporary")] = step_tmp
     if paged:
         details[Msg("estimator.detail.paged_state")] = paged
     return out, phase, paged, trainable, notes, details
 
 
-def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool) -> tuple[float, float, float]:
-    """(optimizer state counted by PyTorch, step temporary, paged state outside PyTorch's allocator) in bytes."""
+def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool, largest: int = 0) -> tuple[float, float, float]:
+    """(optimizer state counted by PyTorch, step temporary, paged state outside PyTorch's allocator) in bytes.
+    `largest`: elements of the largest trainable tensor. A paged optimizer's state is unified memory that the driver
+    moves to CPU RAM under pressure and back when a kernel touches it: bitsandbytes prefetches one parameter's state
+    before its update, so that tensor's state must fit on the GPU at the step (its "step temporary")."""
     if name == "adamw-foreach":
         # torch AdamW without fused (torch's own default, transformers 4's adamw_torch): _multi_tensor_adamw builds
         # sqrt(exp_avg_sq) for a whole parameter group at once. The HF Trainer's groups are "decay" (every weight
@@ -415,9 +461,9 @@ def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool) -> tuple
     if name in ("adamw-8bit", "paged-adamw-8bit"):
         small = (arch.params_total - arch.params_layer_linear - arch.params_embedding - arch.params_lm_head) if full else 0
         state = 2.0 * (n - small) * (1 + 4 / 256) + 8.0 * small  # blockwise 8-bit (256) ; tensors < 4096 stay fp32
-        return (0.0, 0.0, state) if name.startswith("paged") else (state, 0.0, 0.0)
+        return (0.0, 2.0 * (1 + 4 / 256) * largest, state) if name.startswith("paged") else (state, 0.0, 0.0)
     if name == "paged-adamw-32bit":
-        return 0.0, 0.0, 8.0 * n
+        return 0.0, 8.0 * largest, 8.0 * n
     if name == "sgd":
         return 0.0, 0.0, 0.0  # HF's "sgd": torch SGD without momentum keeps no state
     if name == "adafactor":
@@ -441,31 +487,57 @@ def fragmentation(parts: dict[str, float]) -> float:
 
 
 def _verdict(need_gib: float, paged_gib: float, tier: HardwareTier, band: Band | None = None) -> str:
-    """fits: even the high end of the band fits the card's usable memory; no: even the low end does not (paged
-    optimizer state may spill to CPU RAM, so it only makes a job tight); tight: the band straddles it."""
+    """fits: even the high end of the band fits the card's usable memory; no: even the low end does not; tight: the
+    band straddles it. `need_gib` is what must stay resident on the GPU; paged optimizer state (`paged_gib`) never
+    decides it: it is unified memory the driver moves to CPU RAM when the card is full (the QLoRA paper's 65B on one
+    48 GB card and 33B on a 24 GB card train that way). Paging costs speed, not the run: `paged_out_gib` says how much."""
+    del paged_gib  # in the signature for the callers' (need, paged) pairs; see paged_out_gib
     low, high = (band.low, band.high) if band is not None else (1.0, 1.0)
     var = need_gib - tier.cuda_context_gib  # the band is on what PyTorch holds; the context is the card's own
     upper, lower = tier.cuda_context_gib + var * high, tier.cuda_context_gib + var * low
-    if upper + paged_gib <= tier.usable_gib:
+    if upper <= tier.usable_gib:
         return "fits"
     if lower <= tier.usable_gib:
         return "tight"
     return "no"
 
 
+# PCIe bandwidth a paged optimizer's state moves at (GB/s, one direction): what pinned host<->device copies reach on a
+# PCIe 3.0 x16 link (about 12 of 15.8 GB/s; PCIe 4.0 doubles it). Unified-memory page migration is slower than pinned
+# copies, so the cost stated with it is a lower bound.
+PCIE_GBPS = 12.0
+
+
+def paged_out_gib(need: float, paged: float, tier: HardwareTier) -> float:
+    """GiB of paged optimizer state that will live in CPU RAM on `tier`: what does not fit beside the resident memory
+    `need` (both from `need_gib`). Every optimizer step then brings it to the GPU and back: `paging_seconds`."""
+    return max(0.0, min(paged, need + paged - tier.usable_gib))
+
+
+def paging_seconds(out_gib: float) -> float:
+    """Extra seconds per optimizer step for `out_gib` of paged state living in CPU RAM: moved in and out once a step."""
+    return 2 * out_gib * GIB / (PCIE_GBPS * 1e9)
+
+
 @functools.lru_cache(maxsize=1024)
-def band_of(task: str, model: str) -> Band:
-    """The cross-validated band of an estimate of `task` on `model` (engine/estimator/accuracy.py)."""
+def band_of(task: str, model: str, grad_ckpt: bool | None = None) -> Band:
+    """The cross-validated band of an estimate of `task` on `model` (engine/estimator/accuracy.py), of the jobs with
+    or without gradient checkpointing when enough measurements tell them apart."""
     try:
-        return band_for(task, model)
+        return band_for(task, model, grad_ckpt=grad_ckpt)
     except EngineError as exc:
         return Band(1.0, 1.0, 0, category_of(task), f"no accuracy data ({exc})")
 
 
+def query_band(query: MemoryQuery) -> Band:
+    """The band of this query's estimate."""
+    return band_of(query.task, query.model, query.grad_ckpt if query.task != "inference" else None)
+
+
 def tier_verdict(query: MemoryQuery, tier: HardwareTier) -> str:
     """fits | tight | no for the query on `tier` (any HardwareTier, e.g. one whose usable memory was corrected
-    from this machine's runs), with the query's band."""
-    return _verdict(*need_gib(query, tier), tier, band_of(query.task, query.model))
+    from this machine's runs), with the query's band. Under ddp/fsdp it is the verdict for each GPU."""
+    return _verdict(*need_gib(query, tier), tier, query_band(query))
 
 
 def estimate(query: MemoryQuery) -> MemoryEstimate:
@@ -483,11 +555,13 @@ def estimate(query: MemoryQuery) -> MemoryEstimate:
     # Paged optimizer state is unified memory: outside PyTorch's count, but resident on the GPU (and in nvidia-smi)
     # while there is room; counted in what nvidia-smi shows, not in allocated.
     breakdown["optimizer state"] += paged / GIB
-    band = band_of(query.task, query.model)
-    tiers = {}
+    band = query_band(query)
+    tiers, paged_out = {}, {}
     for t in hardware_tiers():
         need = (allocated + frag) / GIB + t.cuda_context_gib
         tiers[t.name] = _verdict(need, paged / GIB, t, band)
+        if paged and tiers[t.name] != "no":
+            paged_out[t.name] = paged_out_gib(need, paged / GIB, t)
     notes = list(notes)
     if paged:
         notes.append(Msg("estimator.note.paged", gib=round(paged / GIB, 2)))
@@ -497,7 +571,7 @@ def estimate(query: MemoryQuery) -> MemoryEstimate:
         query=query, model=arch.label, params=arch.params_total, trainable_params=trainable,
         breakdown_gib=breakdown, allocated_gib=allocated / GIB, total_gib=(allocated + frag + paged) / GIB + CAL["cuda_context_gib"],
         tiers=tiers, notes=notes, phase=phase, spillable_gib=paged / GIB, effective_batch=query.batch * query.grad_accum,
-        details_gib={k: v / GIB for k, v in details.items()}, band=band,
+        details_gib={k: v / GIB for k, v in details.items()}, band=band, paged_out_gib=paged_out,
     )
 
 
@@ -529,6 +603,15 @@ def _fits(query: MemoryQuery, tier: HardwareTier) -> bool:
 def breakdown_rows(est: MemoryEstimate, lang: str = "en") -> list[list[Any]]:
     """Rows for a table: [term, GiB (3 decimals), what it is], every term in TERMS order (zeros included), in `lang`."""
     return [[term_name(term, lang), round(est.breakdown_gib.get(term, 0.0), 3), term_what(term, lang)] for term in TERMS]
+
+
+def residency_rows(est: MemoryEstimate) -> list[list[Any]]:
+    """Rows [part, GiB] of the total split by where it can live: what must stay resident on the GPU (the verdict's
+    basis) and what may page out to CPU RAM (paged optimizer state); the second row only when there is any."""
+    rows: list[list[Any]] = [[Msg("estimator.residency.resident"), round(est.resident_gib, 3)]]
+    if est.pageable_gib > 0:
+        rows.append([Msg("estimator.residency.pageable"), round(est.pageable_gib, 3)])
+    return rows
 
 
 def detail_rows(est: MemoryEstimate) -> list[list[Any]]:
