@@ -50,6 +50,10 @@ from engine.estimator.catalog import hardware_tiers  # noqa: E402
 from engine.estimator.memory import GIB, estimate, estimate_by_key, fragmentation, query_key  # noqa: E402
 
 DEFAULT_CSV = ROOT / "bench" / "data" / "memory_calibration.csv"
+# Published "fits / ran out of memory" outcomes on a named card (no peak figure): the verdict must agree.
+OUTCOMES_CSV = ROOT / "bench" / "data" / "memory_outcomes.csv"
+# LLaMA-1 architectures of the QLoRA paper (huggyllama/llama-30b and -65b config.json), given inline: not in the catalog.
+_LLAMA1 = {"llama-65b": dict(L=80, h=8192, a=64, i=22016), "llama-30b": dict(L=60, h=6656, a=52, i=17920)}
 
 # litgpt 2023 resource tables: bf16-true (everything bf16, no autocast), LoRA r=8 alpha=16 on q,v with dropout
 # 0.05, chunked CE (bf16 logits kept), torch AdamW with bf16 states; QLoRA = the same on bnb nf4 with paged AdamW.
@@ -411,6 +415,44 @@ def row_lines(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _outcome_model(name: str) -> str:
+    arch = _LLAMA1.get(name)
+    if arch is None:
+        return name
+    return f"manual:L={arch['L']},h={arch['h']},a={arch['a']},kv={arch['a']},i={arch['i']},v=32000,tied=0"
+
+
+def outcomes(path: Path = OUTCOMES_CSV) -> list[dict[str, Any]]:
+    """The verdict on every published fits/OOM outcome: right when "fits" meets "fits" and "no" meets "oom" (strict),
+    and when "tight" is read as "will probably run" (lenient)."""
+    from engine.estimator.catalog import tier_by_name
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    out = []
+    for row in rows:
+        q = MemoryQuery(model=_outcome_model(row["config"]), task=row["task"], weight_precision=row["weight_precision"],
+                        double_quant=row["double_quant"] == "1", training_precision=row["training_precision"], optimizer=row["optimizer"],
+                        lora_r=int(row["lora_r"]), lora_targets=row["lora_targets"], lora_dropout=float(row["lora_dropout"]),
+                        batch=int(row["batch"]), seq_len=int(row["seq_len"]), grad_ckpt=row["grad_ckpt"] == "1")
+        verdict = memory.tier_verdict(q, tier_by_name(row["card"]))
+        strict = (verdict == "fits") if row["outcome"] == "fits" else (verdict == "no")
+        lenient = (verdict != "no") if row["outcome"] == "fits" else (verdict == "no")
+        out.append({"model": row["model"], "card": row["card"], "outcome": row["outcome"], "verdict": verdict, "strict": strict,
+                    "lenient": lenient, "source": _source_key(row["source"].split(";")[0].strip())})
+    return out
+
+
+def outcome_lines(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'model':28s} {'card':10s} {'published':>9s} {'verdict':>8s}  source"]
+    for r in rows:
+        lines.append(f"{r['model'][:28]:28s} {r['card']:10s} {r['outcome']:>9s} {r['verdict']:>8s}  {r['source']}")
+    n = len(rows)
+    lines.append(f"verdict right: {sum(r['strict'] for r in rows)}/{n} strict (fits=fits, no=oom), "
+                 f"{sum(r['lenient'] for r in rows)}/{n} reading tight as 'will probably run'")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="calibration CSV to read (default: bench/data/memory_calibration.csv)")
@@ -440,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     print("                     on all rows " + ", ".join(f"{k}={v:g}" for k, v in fits["fit_on_all"].items()))
     n_skip = sum(r["split"] == "skip" for r in records)
     print(f"\n{n_skip} rows skipped (see --rows for why).")
+    print(f"\nPublished fits/OOM outcomes ({OUTCOMES_CSV.relative_to(ROOT)}), verdict with the committed coefficients")
+    print(outcome_lines(outcomes()))
+    print("\nSources: " + "; ".join(dict.fromkeys(r["source"] for r in records if r["split"] != "skip")))
     if args.write_bands:
         accuracy.ACCURACY_FILE.write_text(bands_yaml(records, fits), encoding="utf-8")
         print(f"wrote {accuracy.ACCURACY_FILE.relative_to(ROOT)}")

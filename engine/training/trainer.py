@@ -85,7 +85,7 @@ def fsdp_args(cfg: TrainConfig) -> dict[str, Any]:
     does under `accelerate launch`."""
     if cfg.distributed != "fsdp":
         return {}
-    return {"fsdp": "full_shard auto_wrap", "fsdp_config": {
+    return {"fsdp": True, "fsdp_config": {
         "version": 2, "reshard_after_forward": True, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "state_dict_type": "FULL_STATE_DICT",
         "cpu_ram_efficient_loading": False}}
 
