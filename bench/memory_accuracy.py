@@ -5,7 +5,7 @@ machine-readable output, `--write-bands` to store the leave-one-source-out error
 presets/estimator_accuracy.yaml, `--simulate` to compare the activation model with a fake-tensor trace of the real
 transformers/peft code on CPU).
 
-Data: bench/data/memory_calibration.csv (109 published measurements, each with its source, unit and metric; path
+Data: bench/data/memory_calibration.csv (122 published measurements, each with its source, unit and metric; path
 overridable with --csv). The table ROWS below turns a row into an estimator query, says which of our numbers is
 comparable to it, and labels it:
 
@@ -79,6 +79,12 @@ _QWEN = dict(task="inference", weight_precision="bf16", batch=1, new_tokens=2048
 _BERT = dict(task="full", model=str(ROOT / "bench" / "data" / "bert-large-uncased.config.json"), weight_precision="fp32",
              training_precision="fp32", optimizer="adamw", attention="eager", seq_len=512)
 _BERT_AMP = dict(_BERT, training_precision="amp-fp16")
+# Answer.AI's fsdp_qlora benchmarks (train.py defaults): Llama-2 7B on 2 GPUs, FSDP FULL_SHARD, everything bf16, LoRA r=64
+# on k,q,v,gate,up,down with dropout 0.1, torch AdamW, activation checkpointing, padded dummy data.
+_AAI_Q = dict(model="llama-2-7b", task="qlora", weight_precision="nf4", double_quant=False, training_precision="pure-bf16", optimizer="adamw-foreach",
+              lora_r=64, lora_targets="q,k,v,gate,up,down", lora_dropout=0.1, grad_ckpt=True, distributed="fsdp", gpus=2)
+_AAI_L = dict(_AAI_Q, task="lora", weight_precision="bf16")
+_YI_34B = "manual:L=60,h=7168,a=56,kv=8,i=20480,v=64000,tied=0"  # 01-ai/Yi-34B config.json
 
 # row index -> (split, metric, query, note). Row indices count data rows of calibration.csv from 0.
 ROWS: dict[int, tuple[str, str, dict[str, Any], str]] = {
@@ -200,6 +206,19 @@ ROWS: dict[int, tuple[str, str, dict[str, Any], str]] = {
     106: ("report", "smi", dict(_BERT_AMP, batch=1, grad_accum=4, grad_ckpt=True, optimizer="adafactor"), "classifier"),
     107: ("report", "smi", dict(_BERT, batch=4, optimizer="adamw-8bit"), "classifier"),
     108: ("report", "smi", dict(_BERT_AMP, batch=1, grad_accum=4, grad_ckpt=True, optimizer="adamw-8bit"), "classifier"),
+    109: ("report", "reserved", dict(_AAI_Q, batch=1, seq_len=512), "FSDP, per GPU"),
+    110: ("report", "reserved", dict(_AAI_Q, batch=1, seq_len=2048), "FSDP, per GPU"),
+    111: ("report", "reserved", dict(_AAI_L, batch=1, seq_len=512), "FSDP, per GPU"),
+    112: ("report", "reserved", dict(_AAI_L, batch=1, seq_len=2048), "FSDP, per GPU"),
+    113: ("report", "alloc", dict(_AAI_L, batch=1, seq_len=512), "FSDP, per GPU"),
+    114: ("report", "alloc", dict(_AAI_L, batch=1, seq_len=2048), "FSDP, per GPU"),
+    115: ("report", "reserved", dict(_AAI_Q, batch=4, seq_len=2048), "FSDP, per GPU"),
+    116: ("report", "reserved", dict(_AAI_Q, batch=10, seq_len=2048), "FSDP, per GPU"),
+    117: ("report", "reserved", dict(_AAI_L, batch=4, seq_len=2048), "FSDP, per GPU"),
+    118: ("report", "reserved", dict(_AAI_L, batch=6, seq_len=2048), "FSDP, per GPU"),
+    119: ("report", "reserved", dict(_AAI_Q, batch=8, seq_len=2048, distributed="ddp"), "FSDP no_shard estimated as data parallel"),
+    120: ("report", "reserved", dict(_AAI_L, batch=4, seq_len=2048, distributed="ddp"), "FSDP no_shard estimated as data parallel"),
+    121: ("report", "reserved", dict(_AAI_Q, model=_YI_34B, batch=2, seq_len=2048), "FSDP, per GPU"),
 }
 
 # What a row's source states about its own setup that the query cannot say (taken from the source, never fitted):
@@ -400,6 +419,25 @@ def source_lines(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _multi(q: MemoryQuery) -> bool:
+    return q.distributed != "none" and q.gpus > 1
+
+
+def subset_lines(records: list[dict[str, Any]]) -> str:
+    """LOSO median per training category split by checkpointing and by one GPU / several (what the bands use)."""
+    sel = [r for r in records if "loso_err" in r and r["category"] != "inference"]
+    lines = [f"{'subset':32s} {'rows':>4s} {'srcs':>4s} {'LOSO med':>8s} {'p90':>6s}"]
+    for c in accuracy.CATEGORIES[1:]:
+        for ckpt in (True, False):
+            for multi in (False, True):
+                rs = [r for r in sel if r["category"] == c and r["query"].grad_ckpt == ckpt and _multi(r["query"]) == multi]
+                if rs:
+                    v = [abs(r["loso_err"]) * 100 for r in rs]
+                    lines.append(f"{accuracy.subset_name(c, ckpt, multi):32s} {len(rs):>4d} {len({r['source'] for r in rs}):>4d} "
+                                 f"{statistics.median(v):>7.1f}% {_pct(v, 0.9):>5.1f}%")
+    return "\n".join(lines)
+
+
 def bands_yaml(records: list[dict[str, Any]], fits: dict[str, Any]) -> str:
     """presets/estimator_accuracy.yaml: the LOSO error per category and per measured configuration."""
     import yaml
@@ -407,14 +445,15 @@ def bands_yaml(records: list[dict[str, Any]], fits: dict[str, Any]) -> str:
     sel = [r for r in records if "loso_err" in r]
     cats = {c: accuracy.error_summary([r["loso_err"] for r in sel if r["category"] == c]) for c in accuracy.CATEGORIES}
     subsets = {}
-    for c in accuracy.CATEGORIES[1:]:  # training jobs, with and without gradient checkpointing
+    for c in accuracy.CATEGORIES[1:]:  # training jobs, with and without gradient checkpointing, on one GPU or several
         for ckpt in (True, False):
-            rs = [r for r in sel if r["category"] == c and r["query"].grad_ckpt == ckpt]
-            if rs:
-                subsets[accuracy.subset_name(c, ckpt)] = {**accuracy.error_summary([r["loso_err"] for r in rs]),
-                                                          "sources": len({r["source"] for r in rs})}
+            for multi in (False, True):
+                rs = [r for r in sel if r["category"] == c and r["query"].grad_ckpt == ckpt and _multi(r["query"]) == multi]
+                if rs:
+                    subsets[accuracy.subset_name(c, ckpt, multi)] = {**accuracy.error_summary([r["loso_err"] for r in rs]),
+                                                                     "sources": len({r["source"] for r in rs})}
     rows = [{"model": r["model"], "category": r["category"], "batch": r["query"].batch, "seq_len": r["query"].seq_len,
-             "grad_ckpt": bool(r["query"].grad_ckpt), "metric": r["metric"], "loso_err": round(r["loso_err"], 4), "source": r["source"]}
+             "grad_ckpt": bool(r["query"].grad_ckpt), "multi_gpu": _multi(r["query"]), "metric": r["metric"], "loso_err": round(r["loso_err"], 4), "source": r["source"]}
             for r in sel]
     data = {"categories": cats, "subsets": subsets, "fitted_on_all_sources": {k: float(v) for k, v in fits["fit_on_all"].items()}, "rows": rows}
     header = ("# Written by `python bench/memory_accuracy.py --write-bands`; do not edit by hand.\n"
@@ -447,18 +486,16 @@ def _outcome_model(name: str) -> str:
 
 def outcomes(path: Path = OUTCOMES_CSV) -> list[dict[str, Any]]:
     """The verdict on every published fits/OOM outcome: right when "fits" meets "fits" and "no" meets "oom" (strict),
-    and when "tight" is read as "will probably run" (lenient)."""
+    and when "tight" is read as "will probably run" (lenient). The query column is a MemoryQuery as JSON."""
     from engine.estimator.catalog import tier_by_name
 
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     out = []
     for row in rows:
-        q = MemoryQuery(model=_outcome_model(row["config"]), task=row["task"], weight_precision=row["weight_precision"],
-                        double_quant=row["double_quant"] == "1", training_precision=row["training_precision"], optimizer=row["optimizer"],
-                        lora_r=int(row["lora_r"]), lora_targets=row["lora_targets"], lora_dropout=float(row["lora_dropout"]),
-                        batch=int(row["batch"]), seq_len=int(row["seq_len"]), grad_ckpt=row["grad_ckpt"] == "1")
-        verdict = memory.tier_verdict(q, tier_by_name(row["card"]))
+        qd = json.loads(row["query"])
+        qd["model"] = _LIT_PHI if qd["model"] == "litgpt-phi-1_5" else _outcome_model(qd["model"])
+        verdict = memory.tier_verdict(MemoryQuery(**qd), tier_by_name(row["card"]))
         strict = (verdict == "fits") if row["outcome"] == "fits" else (verdict == "no")
         lenient = (verdict != "no") if row["outcome"] == "fits" else (verdict == "no")
         out.append({"model": row["model"], "card": row["card"], "outcome": row["outcome"], "verdict": verdict, "strict": strict,
@@ -469,7 +506,7 @@ def outcomes(path: Path = OUTCOMES_CSV) -> list[dict[str, Any]]:
 def outcome_lines(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'model':28s} {'card':10s} {'published':>9s} {'verdict':>8s}  source"]
     for r in rows:
-        lines.append(f"{r['model'][:28]:28s} {r['card']:10s} {r['outcome']:>9s} {r['verdict']:>8s}  {r['source']}")
+        lines.append(f"{r['model'][:28]:28s} {r['card']:10s} {r['outcome']:>9s} {r['verdict']:>8s}  {r['source'][:70]}")
     n = len(rows)
     lines.append(f"verdict right: {sum(r['strict'] for r in rows)}/{n} strict (fits=fits, no=oom), "
                  f"{sum(r['lenient'] for r in rows)}/{n} reading tight as 'will probably run'")
@@ -499,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     print("the row's source, then scored on it): the honest figure. accel = accelerate's rules. fits/OOM: agreement of")
     print("'fits' with the measurement over the GPU tiers (committed coefficients).")
     print(table(records))
+    print("\nLeave-one-source-out error per training subset (with/without checkpointing, one GPU/several)")
+    print(subset_lines(records))
     print("\nLeave-one-source-out error per source")
     print(source_lines(records))
     print("\nFitted coefficients: committed " + ", ".join(f"{k}={v:g}" for k, v in fits["committed"].items()))

@@ -520,18 +520,20 @@ def paging_seconds(out_gib: float) -> float:
 
 
 @functools.lru_cache(maxsize=1024)
-def band_of(task: str, model: str, grad_ckpt: bool | None = None) -> Band:
+def band_of(task: str, model: str, grad_ckpt: bool | None = None, multi_gpu: bool = False) -> Band:
     """The cross-validated band of an estimate of `task` on `model` (engine/estimator/accuracy.py), of the jobs with
-    or without gradient checkpointing when enough measurements tell them apart."""
+    or without gradient checkpointing, on one GPU or several, when enough measurements tell them apart."""
     try:
-        return band_for(task, model, grad_ckpt=grad_ckpt)
+        return band_for(task, model, grad_ckpt=grad_ckpt, multi_gpu=multi_gpu)
     except EngineError as exc:
         return Band(1.0, 1.0, 0, category_of(task), f"no accuracy data ({exc})")
 
 
 def query_band(query: MemoryQuery) -> Band:
     """The band of this query's estimate."""
-    return band_of(query.task, query.model, query.grad_ckpt if query.task != "inference" else None)
+    training = query.task != "inference"
+    return band_of(query.task, query.model, query.grad_ckpt if training else None,
+                   training and query.distributed != "none" and query.gpus > 1)
 
 
 def tier_verdict(query: MemoryQuery, tier: HardwareTier) -> str:
