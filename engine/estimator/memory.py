@@ -41,7 +41,9 @@ from .accuracy import Band, band_for, category_of
 from .architecture import Arch, LinearSpec
 from .catalog import HardwareTier, catalog, hardware_tiers, tier_by_name
 from .model_config import arch_from_manual, resolve
+from .paging import paged_out_gib, paging_seconds, residency_rows
 from .precision import FLOAT_BYTES, QUANT_DTYPES, PrecisionPlan, precision_plan
+from .sharding import Shares, per_gpu
 from .texts import KeyedConfigError, Msg, term_name, term_what, tier_msg
 
 __all__ = [
@@ -340,31 +342,10 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
         largest = max(largest, q.lora_r * arch.vocab)
     opt_state, step_tmp, paged = _optimizer(q.optimizer, arch, trainable, grad_b, full, largest)
     details: dict[str, float] = {}
-    gpus = q.gpus if q.distributed != "none" else 1
-    ddp_bucket = 0.0
-    if gpus > 1 and q.distributed == "fsdp":
-        # FULL_SHARD with one FSDP unit per decoder layer (accelerate's TRANSFORMER_BASED_WRAP): every GPU keeps 1/gpus of
-        # each flat parameter, its gradient and its optimizer state. While a layer runs it is gathered whole, and the
-        # next one is prefetched: two layers' weights at a time. The root unit (embeddings, lm_head, final norm) is
-        # gathered at the start of forward and stays whole until the end of backward.
-        # Under mixed precision the gathered copies are in the compute dtype (accelerate sets FSDP's param_dtype to it);
-        # packed 4-bit weights are gathered as they are stored.
-        quant = p.storage in QUANT_DTYPES
-        stored = p.master if full else (p.nonquant if quant else FLOAT_BYTES.get(p.storage, p.c))
-        gathered = p.c if p.autocast else stored
-        root_params = arch.params_embedding + arch.params_lm_head
-        root = root_params * gathered
-        per_layer = (weights + consts - root_params * stored) / arch.n_layers
-        two_layers = 2 * (per_layer if quant else per_layer * gathered / stored)
-        weights, consts = weights / gpus + root + two_layers, consts / gpus
-        adapters, grads, opt_state, paged = adapters / gpus, grads / gpus, opt_state / gpus, paged / gpus
-        details[Msg("estimator.detail_dist.fsdp_root")] = root
-        details[Msg("estimator.detail_dist.fsdp_gathered")] = two_layers
-    elif gpus > 1 and q.distributed == "ddp":
-        # DDP's reducer allocates its gradient buckets once, the size of all gradients (gradient_as_bucket_view is off
-        # in accelerate's default DistributedDataParallelKwargs), and keeps them for the whole run.
-        ddp_bucket = grads
-        details[Msg("estimator.detail_dist.ddp_bucket")] = ddp_bucket
+    shares = per_gpu(q, arch, p, full, Shares(weights, consts, adapters, grads, opt_state, paged))  # ddp/fsdp: one GPU's share
+    weights, consts, adapters, grads, opt_state, paged = shares.weights, shares.consts, shares.adapters, shares.grads, shares.opt_state, shares.paged
+    ddp_bucket = shares.ddp_bucket
+    details.update(shares.details)
 
     tokens = b * s
     a_tok, a_seq = layer_activations(arch, q, p, lora_mods)
@@ -443,10 +424,8 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
 
 
 def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool, largest: int = 0) -> tuple[float, float, float]:
-    """(optimizer state counted by PyTorch, step temporary, paged state outside PyTorch's allocator) in bytes.
-    `largest`: elements of the largest trainable tensor. A paged optimizer's state is unified memory that the driver
-    moves to CPU RAM under pressure and back when a kernel touches it: bitsandbytes prefetches one parameter's state
-    before its update, so that tensor's state must fit on the GPU at the step (its "step temporary")."""
+    """(optimizer state counted by PyTorch, step temporary, paged state outside PyTorch's allocator) in bytes. A paged
+    optimizer's step temporary is the state of the `largest` trainable tensor, prefetched to the GPU for its update."""
     if name == "adamw-foreach":
         # torch AdamW without fused (torch's own default, transformers 4's adamw_torch): _multi_tensor_adamw builds
         # sqrt(exp_avg_sq) for a whole parameter group at once. The HF Trainer's groups are "decay" (every weight
@@ -488,10 +467,8 @@ def fragmentation(parts: dict[str, float]) -> float:
 
 def _verdict(need_gib: float, paged_gib: float, tier: HardwareTier, band: Band | None = None) -> str:
     """fits: even the high end of the band fits the card's usable memory; no: even the low end does not; tight: the
-    band straddles it. `need_gib` is what must stay resident on the GPU; paged optimizer state (`paged_gib`) never
-    decides it: it is unified memory the driver moves to CPU RAM when the card is full (the QLoRA paper's 65B on one
-    48 GB card and 33B on a 24 GB card train that way). Paging costs speed, not the run: `paged_out_gib` says how much."""
-    del paged_gib  # in the signature for the callers' (need, paged) pairs; see paged_out_gib
+    band straddles it. On what must stay resident (`need_gib`): paged optimizer state pages out (engine/estimator/paging.py)."""
+    del paged_gib  # in the signature for the callers' (need, paged) pairs
     low, high = (band.low, band.high) if band is not None else (1.0, 1.0)
     var = need_gib - tier.cuda_context_gib  # the band is on what PyTorch holds; the context is the card's own
     upper, lower = tier.cuda_context_gib + var * high, tier.cuda_context_gib + var * low
@@ -500,23 +477,6 @@ def _verdict(need_gib: float, paged_gib: float, tier: HardwareTier, band: Band |
     if lower <= tier.usable_gib:
         return "tight"
     return "no"
-
-
-# PCIe bandwidth a paged optimizer's state moves at (GB/s, one direction): what pinned host<->device copies reach on a
-# PCIe 3.0 x16 link (about 12 of 15.8 GB/s; PCIe 4.0 doubles it). Unified-memory page migration is slower than pinned
-# copies, so the cost stated with it is a lower bound.
-PCIE_GBPS = 12.0
-
-
-def paged_out_gib(need: float, paged: float, tier: HardwareTier) -> float:
-    """GiB of paged optimizer state that will live in CPU RAM on `tier`: what does not fit beside the resident memory
-    `need` (both from `need_gib`). Every optimizer step then brings it to the GPU and back: `paging_seconds`."""
-    return max(0.0, min(paged, need + paged - tier.usable_gib))
-
-
-def paging_seconds(out_gib: float) -> float:
-    """Extra seconds per optimizer step for `out_gib` of paged state living in CPU RAM: moved in and out once a step."""
-    return 2 * out_gib * GIB / (PCIE_GBPS * 1e9)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -607,15 +567,6 @@ def breakdown_rows(est: MemoryEstimate, lang: str = "en") -> list[list[Any]]:
     return [[term_name(term, lang), round(est.breakdown_gib.get(term, 0.0), 3), term_what(term, lang)] for term in TERMS]
 
 
-def residency_rows(est: MemoryEstimate) -> list[list[Any]]:
-    """Rows [part, GiB] of the total split by where it can live: what must stay resident on the GPU (the verdict's
-    basis) and what may page out to CPU RAM (paged optimizer state); the second row only when there is any."""
-    rows: list[list[Any]] = [[Msg("estimator.residency.resident"), round(est.resident_gib, 3)]]
-    if est.pageable_gib > 0:
-        rows.append([Msg("estimator.residency.pageable"), round(est.pageable_gib, 3)])
-    return rows
-
-
 def detail_rows(est: MemoryEstimate) -> list[list[Any]]:
     """Rows [component, GiB] for the named physical components inside the terms (fixed costs of 4-bit training,
     autocast copies, the loss, the optimizer step), largest first."""
@@ -692,6 +643,8 @@ def query_from_json(data: dict[str, Any]) -> MemoryQuery:
 _COSTS = {key: (order, Msg(f"estimator.cost.{key}")) for key, order in {
     "attention": 0, "optimizer": 1, "double_quant": 1, "grad_ckpt": 2, "batch": 3, "chunked_loss": 3, "quantize": 4,
     "lora_targets": 5, "lora_r": 5, "seq_len": 6, "new_tokens": 6, "task": 7}.items()}
+# Several GPUs under ddp: sharding them with fsdp costs communication, not results (texts in estimator.*_dist).
+_COSTS["fsdp"] = (2, Msg("estimator.cost_dist.fsdp"))
 
 
 def _candidates(q: MemoryQuery, arch: Arch, tier: HardwareTier) -> list[tuple[str, str, dict[str, Any]]]:
@@ -700,6 +653,8 @@ def _candidates(q: MemoryQuery, arch: Arch, tier: HardwareTier) -> list[tuple[st
     training = q.task != "inference"
     if q.attention == "eager":
         out.append(("attention", Msg("estimator.fit.sdpa"), {"attention": "sdpa"}))
+    if training and q.distributed == "ddp" and q.gpus > 1:
+        out.append(("fsdp", Msg("estimator.fit_dist.fsdp", gpus=q.gpus), {"distributed": "fsdp"}))
     if training and q.optimizer in ("adamw", "paged-adamw-32bit"):
         out.append(("optimizer", Msg("estimator.fit.adamw_8bit"), {"optimizer": "adamw-8bit"}))
         out.append(("optimizer", Msg("estimator.fit.paged_adamw_8bit"), {"optimizer": "paged-adamw-8bit"}))

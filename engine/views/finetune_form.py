@@ -100,7 +100,8 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str 
             return head + " " + t("finetune.predict.later_teacher", lang), None
     else:
         est = memory.estimate(query_from_train(cfg, dtype_name(dtype), on_cpu=device.kind == "cpu"))
-    need = est.total_gib if device.kind == "cuda" else est.allocated_gib
+    # on a GPU what must stay resident decides (paged optimizer state pages out to CPU RAM: slower, not out of memory)
+    need = est.resident_gib if device.kind == "cuda" else est.allocated_gib
     verdict = fit_verdict(need, device.total_gib)
     word = {"fits": "✅ ", "tight": "⚠ ", "no": "❌ "}[verdict] + t(f"finetune.predict.verdict.{verdict}", lang)
     gib = {"pred": fmt_number(round(est.allocated_gib, 2), lang), "total": fmt_number(round(est.total_gib, 2), lang)}

@@ -153,3 +153,14 @@ def test_the_train_config_carries_the_mode_to_the_estimate_and_back():
     assert (q.distributed, q.gpus) == ("fsdp", 2)
     values = train_values_from_query(q)
     assert values["distributed"] == "fsdp" and values["gpus"] == 2
+
+
+def test_make_it_fit_offers_fsdp_when_ddp_copies_do_not_fit():
+    q = dataclasses.replace(Q8B, distributed="ddp", gpus=4)
+    assert memory.estimate(q).tiers["gpu-48gb"] == "no"
+    sugg = memory.make_it_fit(q, "gpu-48gb")
+    fsdp = [s for s in sugg if s.changes == {"distributed": "fsdp"}]
+    assert fsdp and fsdp[0].verdict in ("fits", "tight") and "fsdp" in str(fsdp[0].description)
+    from engine.estimator.texts import render
+
+    assert "fsdp" in render(fsdp[0].description, "pt-BR") and render(fsdp[0].cost, "pt-BR") != render(fsdp[0].cost, "en")
