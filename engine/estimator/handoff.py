@@ -48,6 +48,9 @@ def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
         # a catalog short name ("qwen2.5-1.5b") names no loadable model: the fine-tune form gets its Hugging Face id
         values["base_model"] = entry.hf_id if entry is not None and q.model.strip().lower() == entry.name.lower() else q.model
     values["precision"] = {"amp-fp16": "fp16", "amp-bf16": "bf16", "pure-bf16": "bf16", "fp32": "fp32"}[q.training_precision]
+    values["distributed"] = q.distributed if q.gpus > 1 else "none"
+    if q.distributed != "none" and q.gpus > 1:
+        values["gpus"] = q.gpus
     return values
 
 
@@ -86,6 +89,8 @@ def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None, *, 
         # micro_batch samples in fewer rows, so micro_batch x max_seq_len tokens per pass bounds it too
         seq_len=cfg.max_seq_len,
         grad_ckpt=cfg.grad_checkpointing,
+        distributed=cfg.distributed,  # the estimate is then per GPU
+        gpus=cfg.gpus,
     )
 
 

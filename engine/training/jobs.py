@@ -219,7 +219,14 @@ class JobManager:
         return self.start(retry, owner=owner)
 
     def _launch(self, run_dir: Path, *, resume: bool) -> None:
-        cmd = [self.python, "-m", "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
+        from ..hardware.distributed import launcher_argv
+        from ..runs import load_config
+
+        cfg = load_config(run_dir / "config.yaml")
+        # ddp/fsdp: accelerate's launcher starts one process per GPU, each running the same command (a new session
+        # holds them all, so Stop's process-group kill reaches every rank)
+        head = launcher_argv(self.python, cfg.gpus) if cfg.distributed != "none" else [self.python, "-m"]
+        cmd = [*head, "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
         if resume:
             cmd.append("--resume")
         env = child_env(os.environ)  # shared mode: no Hub token for a visitor's run
