@@ -19,7 +19,7 @@ LAYERS = [
     {"errors", "fields", "i18n", "refs", "sharing"},
     {"config"},
     {"runs", "hardware"},
-    {"models", "data", "estimator"},
+    {"models", "data", "estimator", "space"},  # space: the demo limits size a base model through models.references
     {"training", "inference"},
     {"export"},
     {"views", "cli", "__main__", "__init__"},
