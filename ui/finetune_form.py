@@ -14,7 +14,7 @@ from engine import sharing
 from engine.config import TrainConfig
 from engine.estimator import recipes
 from engine.training.jobs import JobManager
-from engine.views import choices, finetune_form, run_view
+from engine.views import choices, finetune_form, run_view, space_view
 from ui.errors import ui_errors
 from ui.language import T, lang_of, tr
 from ui.session import session_key, uploads_of
@@ -98,7 +98,7 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
         if finetune_form.memory_prediction(cfg, jobs.runs_dir)[1] == "no":
             gr.Warning(tr("finetune.msg.will_not_fit"))
         name = jobs.start(cfg, owner=session_key(owner_v, request))
-        gr.Info(tr("finetune.msg.started", name=name))
+        gr.Info(space_view.started_md(jobs, name, lang_of(request)))  # started, or its number in the waiting line
         return name, gr.update(choices=run_view.run_choices(jobs), value=name)
 
     @ui_errors
