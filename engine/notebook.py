@@ -174,10 +174,15 @@ def install(requirements: str | Path = "requirements.txt", *, gpus: list[Gpu] | 
     return plan
 
 
-def open_proxy(port: int) -> None:
-    """Open the app through Colab's port proxy (a link shown under the cell; works in this browser while the runtime runs)."""
-    from google.colab import output  # only on Colab (or its stand-in in the tests)
-
+def open_proxy(port: int, out: Callable[[str], None] = print) -> None:
+    """Open the app through Colab's port proxy (a link shown under the cell; works in this browser while the runtime runs).
+    Elsewhere (Kaggle has no such proxy) say how the app can still be reached."""
+    try:
+        from google.colab import output  # only on Colab (or its stand-in in the tests)
+    except ImportError:
+        out(f"No port proxy here: the app listens on port {port} inside this runtime only. Check the runtime's internet "
+            "access (Kaggle: Settings → Internet on) and run the cell again for a public link.")
+        return
     output.serve_kernel_port_as_window(port, anchor_text="Open Compact LLM Lab (Colab proxy)")
 
 
@@ -185,7 +190,7 @@ def launch(args: Sequence[str] = ("--share",), *, port: int = 7860, python: str 
            out: Callable[[str], None] = print, proxy: Callable[[int], None] | None = None, share_wait_s: float = SHARE_WAIT_S) -> None:
     """Cell 3: run `python app.py ARGS --port PORT`, showing its output; open the Colab proxy when the share link
     fails; NotebookStop when the app exits with an error; stopping the cell (KeyboardInterrupt) stops the app."""
-    proxy = proxy or open_proxy
+    proxy = proxy or (lambda p: open_proxy(p, out))
     cmd = [python, "-u", "app.py", *args, "--port", str(port)]
     proc = subprocess.Popen(cmd, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, bufsize=1)
     lines: queue.Queue[str | None] = queue.Queue()
@@ -230,6 +235,7 @@ def _pump(proc: subprocess.Popen, lines: queue.Queue) -> None:
 
 def _proxy(proxy: Callable[[int], None], port: int, out: Callable[[str], None]) -> bool:
     out(f"The public share link could not be made: opening the app through Colab's own port proxy (port {port}) instead — "
-        "use the link below; it works in this browser while this notebook runs.")
+        "use the link below; it works in this browser while this notebook runs." if place() == "colab" else
+        "The public share link could not be made.")
     proxy(port)
     return True

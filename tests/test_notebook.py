@@ -101,7 +101,8 @@ def _fake_app(tmp_path: Path, body: str) -> Path:
     return tmp_path
 
 
-def test_launch_shows_the_output_and_opens_the_proxy_when_the_share_link_fails(tmp_path):
+def test_launch_shows_the_output_and_opens_the_proxy_when_the_share_link_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "x")  # on Colab
     cwd = _fake_app(tmp_path, """
         import sys
         print("Login is on for this public link: user 'lab', password abc", flush=True)
