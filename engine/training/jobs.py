@@ -115,6 +115,8 @@ class JobManager:
         self.stop_grace_s = stop_grace_s
         self._lock = threading.Lock()
         self._procs: dict[str, subprocess.Popen] = {}  # children of this process (reaped on poll)
+        if self.queue and waiting.line(self.run_dirs()):  # runs still waiting from before a restart
+            self._supervise()
 
     # ---- queries ---------------------------------------------------------------------------------
 
@@ -284,9 +286,9 @@ class JobManager:
         line = waiting.line(self.run_dirs())
         if not line or self.active_merge():
             return bool(line)
-        entry = waiting.entry(line[0]) or {}
-        waiting.leave(line[0])
-        self._launch(line[0], resume=bool(entry.get("resume")))
+        entry = waiting.claim(line[0])
+        if entry is not None:  # None: another job manager started it first
+            self._launch(line[0], resume=bool(entry.get("resume")))
         return True
 
     def retry_smaller_batch(self, name: str, owner: str | None = None) -> str:

@@ -15,6 +15,7 @@ writes these small files: it imports `runs` only.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,20 @@ def entry(run_dir: Path) -> dict | None:
     except (OSError, ValueError):
         return {"time": 0.0, "resume": False}  # a damaged entry still holds its place (first): it is not lost
     return data if isinstance(data, dict) else {"time": 0.0, "resume": False}
+
+
+def claim(run_dir: Path) -> dict | None:
+    """Take the run out of the line to start it, if nobody else did first (the rename succeeds for one caller only,
+    even with two job managers or two processes on one runs folder); its entry, or None when another took it."""
+    run_dir = Path(run_dir)
+    found = entry(run_dir)
+    taken = run_dir / f".{QUEUED_FILE}.taken"
+    try:
+        os.rename(run_dir / QUEUED_FILE, taken)
+    except OSError:
+        return None
+    taken.unlink(missing_ok=True)
+    return found or {"time": 0.0, "resume": False}
 
 
 def leave(run_dir: Path) -> None:

@@ -144,3 +144,16 @@ def test_on_a_space_the_wall_time_stops_a_run_and_the_wait_counts_turns(tmp_path
     assert "time limit" in (runs / first / "STOP").read_text() or jobs.status(first).resumable
     _wait(lambda: jobs.status(third).state == "stopped", 30, "every run to have had its turn")
     assert jobs.status(second).state == "stopped"
+
+
+def test_a_line_left_by_a_restarted_app_moves_on(tmp_path, fake_python):
+    runs = tmp_path / "runs"
+    before = JobManager(runs, python=fake_python, queue=True, poll_s=0.05)
+    first = before.start(_cfg("first"))
+    second = before.start(_cfg("second"))
+    before.kill(first)  # the app (and its supervisor) went away; the queued folder stays on disk
+    after = JobManager(runs, python=fake_python, queue=True, poll_s=0.05)  # the restarted app
+    _wait(lambda: after.status(second).state == "running", 20, "the queued run to start after the restart")
+    assert waiting.claim(runs / second) is None  # already taken: nobody can start it twice
+    _release(runs, second)
+    _wait(lambda: after.status(second).state == "finished", 20, "the run to finish")
