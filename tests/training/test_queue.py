@@ -147,13 +147,14 @@ def test_on_a_space_the_wall_time_stops_a_run_and_the_wait_counts_turns(tmp_path
 
 
 def test_a_line_left_by_a_restarted_app_moves_on(tmp_path, fake_python):
+    from engine.runs import save_config
+
     runs = tmp_path / "runs"
-    before = JobManager(runs, python=fake_python, queue=True, poll_s=0.05)
-    first = before.start(_cfg("first"))
-    second = before.start(_cfg("second"))
-    before.kill(first)  # the app (and its supervisor) went away; the queued folder stays on disk
+    (runs / "second").mkdir(parents=True)  # what an app that went away left on disk: a run waiting in line
+    save_config(runs / "second", _cfg("second"))
+    waiting.enqueue(runs / "second", resume=False)
     after = JobManager(runs, python=fake_python, queue=True, poll_s=0.05)  # the restarted app
-    _wait(lambda: after.status(second).state == "running", 20, "the queued run to start after the restart")
-    assert waiting.claim(runs / second) is None  # already taken: nobody can start it twice
-    _release(runs, second)
-    _wait(lambda: after.status(second).state == "finished", 20, "the run to finish")
+    _wait(lambda: after.status("second").state == "running", 20, "the queued run to start after the restart")
+    assert waiting.claim(runs / "second") is None  # already taken: nobody can start it twice
+    _release(runs, "second")
+    _wait(lambda: after.status("second").state == "finished", 20, "the run to finish")
