@@ -87,8 +87,10 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         if not sharing.is_shared():
             demo.load(lambda: tr("app.runs_folder", path=str(runs_dir)), None, [notice], queue=False, api_visibility="private")
         if space.demo_mode():
-            demo.load(lambda request: space_view.space_notice_md(runs_dir, lang_of(request)), None, [space_notice], queue=False,
-                      api_name="space_notice")
+            def on_space_notice(request: gr.Request) -> str:
+                return space_view.space_notice_md(runs_dir, lang_of(request))
+
+            demo.load(on_space_notice, None, [space_notice], queue=False, api_name="space_notice")
 
         form = ft["form"]
 
