@@ -39,7 +39,8 @@ def finetune_settings(jobs: JobManager) -> SimpleNamespace:
     with gr.Row():
         comps.update(make_inputs(TrainConfig, only=top[4:], values=values))
     prediction = gr.Markdown(elem_id="finetune-prediction")  # what the run will need, right under the button that starts it
-    gr.Markdown(T("finetune.one_run_shared") if jobs.owner_only else T("finetune.one_run_local"), elem_classes=["finetune-note"])
+    note = "space.one_run_queue" if jobs.queue else "finetune.one_run_shared" if jobs.owner_only else "finetune.one_run_local"
+    gr.Markdown(T(note), elem_classes=["finetune-note"])
     return SimpleNamespace(comps=comps, upload=upload, prediction=prediction, start=start, stop=stop)
 
 

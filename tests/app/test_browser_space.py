@@ -28,4 +28,6 @@ def test_the_space_page_shows_its_limits_storage_and_duplicate_link(browser, tmp
             assert "600" in notice.inner_text() and ("restarts" in notice.inner_text() or "reinicia" in notice.inner_text())
             href = notice.get_by_role("link", name=link).get_attribute("href")
             assert href == "https://huggingface.co/spaces/someone/compact-llm-lab?duplicate=true"
+            page.locator("#panels-button, button[role=tab]").filter(has_text="Fine-tune" if locale == "en-US" else "Ajuste fino").first.click()
+            page.get_by_text("waits in line and starts by itself" if locale == "en-US" else "espera na fila e começa sozinho").first.wait_for(timeout=30_000)
             context.close()
