@@ -1,4 +1,4 @@
-"""Command line: `python -m engine estimate|train|generate|prepare-builtin|merge|export-gguf|push|runs`.
+"""Command line: `python -m engine estimate|train|generate|prepare-builtin|ship-example|merge|export-gguf|push|runs`.
 
 Every flag is generated from the config dataclasses (engine/config.py): the flag's help is the field's
 help text, choices come from its Literal type, and values are validated by the same __post_init__ the UI
