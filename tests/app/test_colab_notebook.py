@@ -116,7 +116,9 @@ def test_the_notebook_logs_in_resumes_from_drive_and_falls_back_to_the_proxy(col
         text, error = _run(colab, port)
         assert error is None, text[-4000:]
         assert "WARNING: No GPU in this runtime" in text
-        assert "Kept the runtime's torch 2.13.0" in text and "torch 2.13.0+cpu kept" in text
+        import torch
+
+        assert f"Kept the runtime's torch {torch.__version__}" in text and f"torch {torch.__version__} kept" in text
         assert "Login is on for this public link: user 'lab', password " in text
         assert f"Resuming interrupted run '{name}'" in text
         assert "Could not create share link" in text or "Running on local URL" in text
