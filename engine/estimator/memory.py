@@ -40,7 +40,7 @@ from ..fields import from_dict
 from .accuracy import Band, band_for, category_of
 from .architecture import Arch, LinearSpec
 from .catalog import HardwareTier, catalog, hardware_tiers, tier_by_name
-from .model_config import arch_from_manual, resolve
+from .model_config import arch_from_manual, gate, resolve
 from .precision import FLOAT_BYTES, QUANT_DTYPES, PrecisionPlan, precision_plan
 from .texts import KeyedConfigError, Msg, term_name, term_what, tier_msg
 
@@ -502,8 +502,9 @@ def estimate(query: MemoryQuery) -> MemoryEstimate:
 
 
 def query_key(q: MemoryQuery) -> tuple:
-    """The query as a hashable tuple of its fields (the cache key of `estimate_by_key`)."""
-    return tuple(getattr(q, f.name) for f in dataclasses.fields(q))
+    """The query as a hashable tuple of its fields (the cache key of `estimate_by_key`), its model through the visitor
+    gate first (model_config `gate`): a cached estimate must not answer a path the gate refuses."""
+    return tuple(gate(q.model) if f.name == "model" else getattr(q, f.name) for f in dataclasses.fields(q))
 
 
 @functools.lru_cache(maxsize=8192)

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from ..config import TrainConfig
 from ..errors import JobError
+from ..refs import DATA_REF_FIELDS, MODEL_REF_FIELDS, check_visitor_refs
 from ..runs import RunSummary, atomic_write_text, run_path, save_config, summarize
 from ..sharing import child_env, is_shared
 from . import queue as waiting
@@ -203,10 +204,12 @@ class JobManager:
 
     def start(self, cfg: TrainConfig, owner: str | None = None) -> str:
         """Start a new run; while another run (or a merge) is going, queue it (`queue`) or refuse. Returns the run name.
-        `owner`: the key of the browser that starts it (only that key may stop it when `owner_only`). On a Space in demo
-        mode a run above the Space's limits is refused first, naming the limit (engine/space.py)."""
+        `owner`: the key of the browser that starts it (only that key may stop it when `owner_only`). On a shared app the
+        run's references go through the visitor gate first (engine/refs.py `check_visitor_refs`), whichever entry started
+        it; on a Space in demo mode a run above the Space's limits is refused next, naming the limit (engine/space.py)."""
         from .. import space
 
+        check_visitor_refs({name: getattr(cfg, name, "") for name in (*MODEL_REF_FIELDS, *DATA_REF_FIELDS)})
         space.check_train_config(cfg, self.runs_dir)  # before the lock: sizing a Hub model asks the Hub
         with self._lock:
             busy = self.active()
