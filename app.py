@@ -16,6 +16,7 @@ import os
 from engine import sharing
 from engine.data.files import MAX_FILE_BYTES
 from engine.errors import EngineError
+from engine.hardware.startup import device_lines
 from engine.refs import default_runs_dir
 from engine.training.jobs import JobManager
 from engine.views import run_control
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--allow-local-models cannot be used on a shared app (" + "; ".join(decision.reasons) + "): anyone with the link could read "
                      "model folders on this machine.")
     sharing.activate(decision.shared, owner_token=args.share_owner_token)
+    for line in device_lines():  # the device in use, and a loud warning when a GPU is here but torch cannot use it
+        print(line, flush=True)
     if decision.shared:
         print("Shared app (" + "; ".join(decision.reasons) + "): runs and files belong to the session that made them; no remote code; "
               + ("visitors' loads USE this server's HF_TOKEN (--share-owner-token)." if args.share_owner_token else "the server's HF_TOKEN is not used for visitors."))

@@ -75,9 +75,17 @@ def is_folder_safe_name(name: str) -> bool:
     return all(c.isalnum() or c in "-_." for c in name) and not name.startswith(".")
 
 
+# A Hugging Face Space's persistent storage, when the owner adds it: the only folder of a Space that outlives a restart.
+SPACE_DATA_DIR = Path("/data")
+
+
 def default_runs_dir() -> Path:
-    """The runs directory: $COMPACT_LAB_RUNS or ./runs, created if missing."""
-    path = Path(os.environ.get("COMPACT_LAB_RUNS") or "runs").expanduser().resolve()
+    """The runs directory, created if missing: $COMPACT_LAB_RUNS; on a Space with persistent storage (/data exists and
+    is writable) /data/runs, since everything else on a Space disappears at a restart; else ./runs."""
+    chosen = os.environ.get("COMPACT_LAB_RUNS")
+    if not chosen and os.environ.get("SPACE_ID") and SPACE_DATA_DIR.is_dir() and os.access(SPACE_DATA_DIR, os.W_OK | os.X_OK):
+        chosen = str(SPACE_DATA_DIR / "runs")
+    path = Path(chosen or "runs").expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -8,10 +8,11 @@ from typing import Any
 import gradio as gr
 
 from engine.training.jobs import JobManager
-from engine.views import finetune_form, run_history
+from engine.views import finetune_form, run_history, run_view
+from ui.errors import ui_errors
 from ui.finetune_form import finetune_details, finetune_settings, form_handlers
 from ui.finetune_run import FOLLOW_LOG_JS, push_panel, resume_banner, run_actions, run_exports, run_handlers, watched_run
-from ui.language import T
+from ui.language import T, lang_of
 from ui.queues import GPU, JOBS, QUIET
 
 
@@ -79,6 +80,12 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     form["method"].change(lambda m: [gr.update(visible=m == "distill")] * len(distill_only), [form["method"]], distill_only, **QUIET, api_visibility="private")
     for comp in form.values():
         comp.change(fh.on_predict, inputs, [f.prediction], **QUIET)
+
+    def run_status(name: str, request: gr.Request) -> str:
+        """A run's state, progress and (while it waits in line) its place and expected wait, in the visitor's language."""
+        return run_view.status_md(jobs.status(name), lang_of(request))
+
+    gr.api(ui_errors(run_status), api_name="run_status")
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": rh.on_load, "init_owner": rh.init_owner,
             "owner": owner, "predict": fh.on_predict, "form_inputs": inputs, "prediction": f.prediction,
             "offer": rh.on_offer, "offer_outputs": banner.outputs, "try_btn": act.try_btn, "try_run": run_pick, "wake": wake}

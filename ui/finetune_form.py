@@ -15,7 +15,7 @@ from engine.config import TrainConfig
 from engine.estimator import recipes
 from engine.refs import visitor_scope
 from engine.training.jobs import JobManager
-from engine.views import choices, finetune_form, run_view
+from engine.views import choices, finetune_form, run_view, space_view
 from ui.errors import ui_errors
 from ui.language import T, lang_of, tr
 from ui.session import session_key, uploads_of
@@ -40,7 +40,8 @@ def finetune_settings(jobs: JobManager) -> SimpleNamespace:
     with gr.Row():
         comps.update(make_inputs(TrainConfig, only=top[4:], values=values))
     prediction = gr.Markdown(elem_id="finetune-prediction")  # what the run will need, right under the button that starts it
-    gr.Markdown(T("finetune.one_run_shared") if jobs.owner_only else T("finetune.one_run_local"), elem_classes=["finetune-note"])
+    note = "space.one_run_queue" if jobs.queue else "finetune.one_run_shared" if jobs.owner_only else "finetune.one_run_local"
+    gr.Markdown(T(note), elem_classes=["finetune-note"])
     return SimpleNamespace(comps=comps, upload=upload, prediction=prediction, start=start, stop=stop)
 
 
@@ -100,7 +101,7 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
             gr.Warning(tr("finetune.msg.will_not_fit"))
         with visitor_scope(uploads_of(upload_dir, request)):  # the engine's gate checks this session's folder too (engine/refs.py)
             name = jobs.start(cfg, owner=session_key(owner_v, request))
-        gr.Info(tr("finetune.msg.started", name=name))
+        gr.Info(space_view.started_md(jobs, name, lang_of(request)))  # started, or its number in the waiting line
         return name, gr.update(choices=run_view.run_choices(jobs), value=name)
 
     @ui_errors

@@ -8,10 +8,10 @@ from typing import Any
 
 import gradio as gr
 
-from engine import i18n, sharing
+from engine import i18n, sharing, space
 from engine.errors import EngineError
 from engine.training.jobs import JobManager
-from engine.views import estimate_view
+from engine.views import estimate_view, space_view
 from engine.views.uploads import sweep_uploads
 from ui.errors import ui_errors
 from ui.estimator import build_estimator
@@ -68,6 +68,8 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         gr.Markdown(T("app.intro"), elem_id="page-intro")
         # the runs folder is data (a path), so the line is rendered per visitor; a shared app's notice is the same for all
         notice = gr.Markdown(T("app.shared_notice") if sharing.is_shared() else "", elem_id="page-notice")
+        # a Space in demo mode: its limits, where runs are kept (or that they go at a restart), the duplicate link
+        space_notice = gr.Markdown(visible=space.demo_mode(), elem_id="space-notice")
         guide = guided_strip()
         with gr.Tabs(selected="est", elem_id="panels") as tabs:
             with gr.Tab(T("estimator.tab"), id="est", elem_id="est-panel") as est_tab:
@@ -84,6 +86,11 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
             step.click(open_panel(tab_id), None, [tabs], queue=False, api_visibility="private")
         if not sharing.is_shared():
             demo.load(lambda: tr("app.runs_folder", path=str(runs_dir)), None, [notice], queue=False, api_visibility="private")
+        if space.demo_mode():
+            def on_space_notice(request: gr.Request) -> str:
+                return space_view.space_notice_md(runs_dir, lang_of(request))
+
+            demo.load(on_space_notice, None, [space_notice], queue=False, api_name="space_notice")
 
         form = ft["form"]
 

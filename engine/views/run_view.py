@@ -154,6 +154,10 @@ def status_md(s: RunSummary, lang: str = "en") -> str:
     task scores and what to do next, as Markdown in `lang`."""
     phase = f" — {phase_text(scrub_paths(s.phase, s.path.parent), lang)}" if s.state == "running" and s.phase else ""
     lines = [f"### {STATE_ICONS.get(s.state, '')} {s.name}: {state_text(s.state, lang)}{phase}"]
+    if s.state == "queued":  # its place in the waiting line (engine/training/queue.py)
+        from .space_view import queue_md
+
+        lines.append(queue_md(s, lang, running_device=s.queue_device or ""))
     if s.max_steps:
         step = t("finetune.status.step", lang, step=fmt_number(s.step, lang), total=fmt_number(s.max_steps, lang))
         lines.append(step + (" · " + t("finetune.status.loss", lang, loss=fmt_loss(s.last_loss, lang)) if s.last_loss is not None else ""))

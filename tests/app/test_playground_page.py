@@ -151,11 +151,12 @@ def test_the_page_opens_on_the_newest_run_and_try_it_fills_a_run(tmp_path):
     assert ["modelo", "métrica", "valor", "detalhes"] in tables
 
 
-def test_without_runs_the_page_opens_on_the_builtin_model_and_compare_says_what_to_do(tmp_path):
+def test_without_runs_the_page_opens_on_the_builtin_model_and_compare_shows_the_shipped_example(tmp_path):
     with gr.Blocks():
         pg = build_playground(JobManager(tmp_path))
     by_id = {c.elem_id: c for c in pg["try_outputs"] if getattr(c, "elem_id", None)}
-    assert by_id["playground-model"].value == "builtin:compact-mini" and by_id["playground-model-b"].value is None
+    # before any run of one's own, Compare is the built-in model before and after the first run's fine-tune (shipped)
+    assert by_id["playground-model"].value == "builtin:compact-mini" and by_id["playground-model-b"].value == "builtin:compact-mini-dates"
     assert by_id["playground-prompt"].value == "Explain in two sentences what a language model is."
-    assert "Finish a fine-tune run" in by_id["playground-compare-note"].value
+    assert "before training" in by_id["playground-compare-note"].value
     assert not any("/" in str(c.value) for c in (by_id["playground-model"], by_id["playground-model-a"]))  # never a Hub model
