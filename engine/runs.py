@@ -260,7 +260,8 @@ class RunSummary:
     output: str | None = None  # "adapter" | "model" when finished
     error: str | None = None
     error_kind: str | None = None  # "oom" | "engine" | "nan" (the loss diverged) | "crash"
-    resumable: bool = False
+    resumable: bool = False  # it has a complete checkpoint: Resume continues from there
+    restartable: bool = False  # stopped/failed/killed before any checkpoint: Resume starts it again from step 0, same settings
     started: float | None = None
     losses: list[dict[str, Any]] = field(default_factory=list)
     phase: str = ""
@@ -337,7 +338,7 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
         summary.state, summary.error, summary.output = "damaged", damaged, None
         return summary
     summary.resumable = summary.state in ("stopped", "failed", "killed") and last_complete_checkpoint(run_dir) is not None
-    if summary.state in ("stopped", "failed", "killed") and not summary.resumable and (run_dir / "config.yaml").exists():
-        # No checkpoint yet: "resume" restarts from step 0 with the same config.
-        summary.resumable = True
+    # No checkpoint (a run that failed while loading, or was stopped before its first save): nothing to resume from, but
+    # Resume starts it again from step 0 with the same config; the page says which of the two it will do.
+    summary.restartable = summary.state in ("stopped", "failed", "killed") and not summary.resumable and (run_dir / "config.yaml").exists()
     return summary

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def _summary(s: Any) -> dict[str, Any]:
     return {"run": s.name, "state": s.state, "method": s.method, "base_model": s.base_model, "dataset": s.dataset, "step": s.step,
             "max_steps": s.max_steps, "last_loss": s.last_loss, "best_eval_loss": s.best_eval_loss, "output": s.output, "error": s.error,
-            "task_accuracy": dict(s.task_scores or {}), "resumable": s.resumable}
+            "task_accuracy": dict(s.task_scores or {}), "resumable": s.resumable, "restartable": s.restartable}
 
 
 def _json(value: Any) -> str:

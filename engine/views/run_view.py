@@ -53,7 +53,7 @@ def interrupted_run(jobs: JobManager) -> RunSummary | None:
     laptop, a crash of the machine) and that can be resumed; None when there is none or a job is running now."""
     if jobs.active():
         return None
-    return next((s for s in jobs.list_runs() if s.state == "killed" and s.resumable), None)
+    return next((s for s in jobs.list_runs() if s.state == "killed" and (s.resumable or s.restartable)), None)
 
 
 def resume_offer(jobs: JobManager, lang: str = "en") -> tuple[str | None, str]:
@@ -100,7 +100,7 @@ def run_buttons(jobs: JobManager, name: str | None) -> tuple[bool, bool, bool, b
         s = jobs.status(name)
     except EngineError:
         return False, False, False, False
-    return can_try(s), s.resumable, s.state == "failed" and s.error_kind == "oom", s.state != "running"
+    return can_try(s), s.resumable or s.restartable, s.state == "failed" and s.error_kind == "oom", s.state != "running"
 
 
 def watched_outputs(jobs: JobManager, name: str | None, lang: str = "en", *, log_scale: bool = False,
@@ -169,6 +169,8 @@ def status_md(s: RunSummary, lang: str = "en") -> str:
             lines.append(t("finetune.status.nan", lang))
     if s.resumable:
         lines.append(t("finetune.status.resumable", lang))
+    elif s.restartable:  # no checkpoint (it failed while loading, or stopped before its first save): nothing to resume from
+        lines.append(t("run_restart.status", lang))
     return "\n\n".join(lines)
 
 

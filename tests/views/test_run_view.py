@@ -90,7 +90,8 @@ def test_the_picked_runs_buttons_are_the_ones_that_apply(tmp_path):
             "going": _run(path=tmp_path, state="running"),
             "stopped": _run(path=tmp_path, state="stopped", resumable=True),
             "oom": _run(path=tmp_path, state="failed", error_kind="oom", resumable=True),
-            "nan": _run(path=tmp_path, state="failed", error_kind="nan", resumable=True)}
+            "nan": _run(path=tmp_path, state="failed", error_kind="nan", resumable=True),
+            "no-ckpt": _run(path=tmp_path, state="failed", error_kind="engine", restartable=True)}
 
     def status(name):
         if name not in runs:
@@ -104,6 +105,7 @@ def test_the_picked_runs_buttons_are_the_ones_that_apply(tmp_path):
     assert run_buttons(jobs, "stopped") == (False, True, False, True)
     assert run_buttons(jobs, "oom") == (False, True, True, True)
     assert run_buttons(jobs, "nan") == (False, True, False, True)  # a smaller batch does not help a diverged loss
+    assert run_buttons(jobs, "no-ckpt") == (False, True, False, True)  # Resume starts it again (the status says so)
     assert run_buttons(jobs, None) == run_buttons(jobs, "gone") == (False, False, False, False)
 
 
@@ -166,3 +168,15 @@ def test_the_loss_plot_shows_the_built_in_bases_pretraining_while_it_runs(tmp_pa
     points = w.plot[w.plot["kind"] == "pretraining"]
     assert list(points["step"]) == [10, 20] and list(points["loss"]) == [7.5, 6.25]
     assert set(w.plot["kind"]) == {"pretraining"}  # not mistaken for the run's own train or eval curve
+
+
+def test_a_run_without_a_checkpoint_never_says_it_can_be_resumed():
+    """A run that failed while loading has no checkpoint: the page says Resume starts it again, in both languages."""
+    failed = _run(state="failed", error="Could not load the model", error_kind="engine", restartable=True)
+    for lang in ("en", "pt-BR"):
+        text = status_md(failed, lang)
+        assert "(Resume)" not in text and "checkpoint (Retomar)" not in text
+    assert "nothing to resume from" in status_md(failed) and "start" in status_md(failed)
+    assert "Retomar** começa de novo" in status_md(failed, "pt-BR")
+    with_ckpt = status_md(_run(state="failed", error="x", error_kind="engine", resumable=True))
+    assert "resumed from its last checkpoint (Resume)" in with_ckpt and "nothing to resume from" not in with_ckpt
