@@ -49,6 +49,8 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
         comp.change(on_estimate, inputs, r.outputs, show_progress="hidden", trigger_mode="always_last", **ESTIMATE)
     # the cards' names in the visitor's language, on load (the value, a tier id, stays)
     gr.on(None, lambda: gr.Dropdown(choices=estimate_view.tier_choices(lang_of())), None, [f.tier], queue=False, api_visibility="private")
+    # the models too: offline, the Hub models are marked as needing the internet, in the visitor's language
+    gr.on(None, lambda: gr.Dropdown(choices=estimate_view.model_choices(lang_of())), None, [f.model], queue=False, api_visibility="private")
 
     @ui_errors
     def on_manual(layers, hidden, heads, kv, inter, vocab, tied):

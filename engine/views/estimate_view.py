@@ -19,7 +19,7 @@ import pandas as pd
 from ..config import MemoryQuery
 from ..errors import EngineError
 from ..estimator import memory
-from ..estimator.catalog import tier_by_name
+from ..estimator.catalog import catalog_lookup, choice_label, tier_by_name
 from ..estimator.handoff import train_values_from_query
 from ..estimator.local_card import default_tier
 from ..estimator.own_runs import RunPoint, capacity_correction, run_points
@@ -29,6 +29,7 @@ from ..fields import from_flat
 from ..hardware.device import DeviceInfo, detect_device
 from ..i18n import fmt_number, norm_lang, t
 from .estimate_charts import CardBar, breakdown_html, card_bars_html
+from .offline import marked, online_now
 
 # What the panel opens on: a popular, openly licensed 1.5B instruct model (offline from presets/catalog_arch.json, and
 # a Hub id the Fine-tune panel can load), with checkpointing on as every QLoRA/LoRA recipe trains (the dataclass
@@ -50,9 +51,18 @@ class Panel(NamedTuple):
     bars: str  # HTML: memory per card
 
 
-def model_choices() -> list[str]:
-    """The model dropdown: the default model, then the built-in presets and the catalog."""
-    return [DEFAULT_MODEL, *(m for m in memory.model_choices() if m != DEFAULT_MODEL)]
+def model_choices(lang: str = "en", online: bool | None = None) -> list[tuple[str, str]]:
+    """The model dropdown as (label, value): the default model, then the built-in presets and the catalog. A catalog
+    model's label holds its display name beside its catalog name (the dropdown filters on the label: "Llama 3.1 8B" and
+    "llama-3.1-8b" both find it; a name typed another way is resolved by catalog_lookup); offline, the models that would
+    be downloaded are marked as needing the internet (engine/views/offline.py). online: hub_online()'s answer, asked
+    once here when not given."""
+    online = online_now() if online is None else online
+    out = []
+    for value in [DEFAULT_MODEL, *(m for m in memory.model_choices() if m != DEFAULT_MODEL)]:
+        entry = catalog_lookup(value) if not value.startswith("builtin:") and value != DEFAULT_MODEL else None
+        out.append((marked(choice_label(entry) if entry is not None else value, value, online, lang), value))
+    return out
 
 
 def tier_choices(lang: str = "en") -> list[tuple[str, str]]:

@@ -64,7 +64,7 @@ def test_totals_carry_the_band_and_the_breakdown_the_named_components():
 
 
 def test_the_panel_opens_on_a_real_instruct_model_with_checkpointing():
-    assert estimate_view.DEFAULT_MODEL in estimate_view.model_choices()
+    assert estimate_view.DEFAULT_MODEL in [value for _label, value in estimate_view.model_choices()]
     assert "instruct" in estimate_view.DEFAULT_MODEL.lower() and not estimate_view.DEFAULT_MODEL.startswith("builtin:")
     assert estimate_view.FORM_DEFAULTS["grad_ckpt"] is True
     q = MemoryQuery(model=estimate_view.DEFAULT_MODEL, **estimate_view.FORM_DEFAULTS)
