@@ -269,6 +269,9 @@ class RunSummary:
     device: str = ""
     base_progress: dict[str, Any] | None = None  # latest progress of a built-in base pretraining for this run
     last_progress: dict[str, Any] | None = None  # latest progress event (speed, ETA) of this run
+    phase_since: float | None = None  # when the current phase began (its event's time)
+    phase_progress: dict[str, Any] | None = None  # the current phase's own progress (the date task's answers: task_progress)
+    task_seconds: dict[str, float] = field(default_factory=dict)  # how long each date-task measurement took (before, after)
 
 
 def summarize(run_dir: Path, alive: bool) -> RunSummary:
@@ -297,6 +300,9 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
                 summary.losses.append({"step": ev["step"], "loss": ev["loss"], "kind": "pretraining"})
         elif t == "phase":
             summary.phase = ev.get("phase", "")
+            summary.phase_since, summary.phase_progress = ev.get("time"), None
+        elif t == "task_progress":
+            summary.phase_progress = ev
         elif t == "progress":
             summary.last_progress = ev
             summary.step = ev.get("step", summary.step)
@@ -315,6 +321,8 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
             summary.predicted_gib = ev.get("predicted_gib")
         elif t == "task_score":
             summary.task_scores[ev.get("when", "?")] = ev.get("accuracy")
+            if ev.get("seconds") is not None:
+                summary.task_seconds[ev.get("when", "?")] = ev["seconds"]
         elif t in ("done", "stopped", "error"):
             terminal = ev
     if terminal is not None:

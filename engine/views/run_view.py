@@ -5,6 +5,7 @@ run_charts.py, run_log.py and run_history.py)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,23 +175,64 @@ def status_md(s: RunSummary, lang: str = "en") -> str:
     return "\n\n".join(lines)
 
 
-def progress_html(s: RunSummary, last: dict | None, lang: str = "en") -> str:
-    """A progress bar with the step, tokens/s and time left from the last progress event (the built-in base's
-    pretraining first, if it is running)."""
+def progress_html(s: RunSummary, last: dict | None, lang: str = "en", now: float | None = None) -> str:
+    """A progress bar for the phase the run is in, with what is known of it: training (step, tokens/s, time left, the
+    date task's measurement after training included), the date task's measurements (answers so far and their own time
+    left), and the phases that report no fraction (loading, tokenizing, saving: how long so far). The built-in base's
+    pretraining first, if it is running. now: the clock (tests)."""
     step, total, label = s.step, s.max_steps, ""
-    if s.state == "running" and s.base_progress and not s.max_steps:  # still pretraining the built-in base
+    running = s.state == "running"
+    if running and s.base_progress and not s.max_steps:  # still pretraining the built-in base
         step, total, label = s.base_progress.get("step", 0), s.base_progress.get("max_steps", 0), t("finetune.progress.pretraining", lang) + " · "
         last = s.base_progress
+    elif running and s.phase and s.phase != "training":
+        return _bar(*phase_parts(s, lang, time.time() if now is None else now))
     pct = 100.0 if s.state == "finished" else (100.0 * step / total if total else 0.0)
     parts = [f"{fmt_number(round(pct), lang)}%"]
     if total:
         parts.append(t("finetune.progress.step", lang, step=fmt_number(step, lang), total=fmt_number(total, lang)))
-    if last and s.state == "running":
+    if last and running:
         parts.append(t("finetune.log.speed", lang, speed=fmt_number(round(last.get("tokens_per_s") or 0), lang)))
         if last.get("eta_s") is not None:
-            parts.append(t("finetune.progress.eta", lang, left=fmt_duration(last["eta_s"])))
+            after = measuring_after_s(s) if not label else None
+            parts.append(t("run_progress.eta_with_measuring", lang, left=fmt_duration(last["eta_s"] + after)) if after else
+                         t("finetune.progress.eta", lang, left=fmt_duration(last["eta_s"])))
+    elif running and s.phase == "training" and s.phase_since:  # the first steps: no speed measured yet
+        parts.append(t("run_progress.so_far", lang, took=fmt_duration((time.time() if now is None else now) - s.phase_since)))
+    return _bar(pct, label + " · ".join(parts))
+
+
+def measuring_after_s(s: RunSummary) -> float | None:
+    """How long the date task's measurement after training will take: about as long as the one before it took (the same
+    100 answers on the same model); None when the run measures none after training (or has not measured before)."""
+    if "after" in s.task_scores or "before" not in s.task_seconds:
+        return None
+    return float(s.task_seconds["before"])
+
+
+def phase_parts(s: RunSummary, lang: str, now: float) -> tuple[float, str]:
+    """(percent, text) of a phase other than training: its name, then its own progress and time left when it reports
+    them (the date task: answers so far), else how long it has taken so far; the bar then shows the training's share
+    done (0% before it, 100% after it)."""
+    name = phase_text(scrub_paths(s.phase, s.path.parent), lang)
+    prog = s.phase_progress
+    if prog and prog.get("total"):
+        done, total = int(prog.get("done") or 0), int(prog["total"])
+        pct = 100.0 * done / total
+        parts = [name, f"{fmt_number(round(pct), lang)}%", t("run_progress.answers", lang, done=fmt_number(done, lang), total=fmt_number(total, lang))]
+        if prog.get("eta_s") is not None:
+            parts.append(t("finetune.progress.eta", lang, left=fmt_duration(prog["eta_s"])))
+        return pct, " · ".join(parts)
+    pct = 100.0 * s.step / s.max_steps if s.max_steps else 0.0
+    parts = [name, f"{fmt_number(round(pct), lang)}%"]
+    if s.phase_since:
+        parts.append(t("run_progress.so_far", lang, took=fmt_duration(max(0.0, now - s.phase_since))))
+    return pct, " · ".join(parts)
+
+
+def _bar(pct: float, text: str) -> str:
     return (f"<div style='width:100%;background:#eee;border-radius:6px'><div style='width:{pct:.1f}%;background:#4f8ef7;height:14px;"
-            f"border-radius:6px'></div></div><small>{label}{' · '.join(parts)}</small>")
+            f"border-radius:6px'></div></div><small>{text}</small>")
 
 
 def loss_frame(losses: list[dict[str, Any]]) -> pd.DataFrame:
