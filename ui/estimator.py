@@ -41,6 +41,8 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
         out = list(estimate_view.estimate_or_warning(lambda: query_of(check_ui_estimator_model(model_v, upload_dir), *vals), tier_v,
                                                      runs_dir=jobs.runs_dir, shared=jobs.owner_only, lang=lang))
         out[5] = gr.Dataframe(value=out[5], visible=out[5] is not None and len(out[5]) > 0)  # "nothing to change" is said above it
+        for i in (2, 3):  # no estimate (an unknown model, a bad value): no empty tables, the warning says why
+            out[i] = gr.Dataframe(value=out[i], visible=out[i] is not None)
         cols = estimate_view.runs_columns(lang)  # the scatter's columns (its axis titles) in the visitor's language
         out[7] = gr.ScatterPlot(value=out[7], x=cols[0], y=cols[1], color=cols[4], tooltip=[cols[3], cols[2]])
         return tuple(out)
@@ -60,6 +62,9 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
     def on_config_upload(path, request: gr.Request):
         return gr.update(value=str(keep_upload(path, uploads_of(upload_dir, request), suffixes=[".json"], max_bytes=2**20))) if path else gr.skip()
 
+    # nothing estimated, nothing to hand over: the button follows the breakdown (present only with an estimate)
+    r.breakdown.change(lambda df: gr.Button(interactive=df is not None and len(df) > 0), [r.breakdown], [r.copy_btn], queue=False,
+                       api_visibility="private")
     f.manual_btn.click(on_manual, f.manual, [f.model], api_name="manual_architecture")
     f.config_file.upload(on_config_upload, [f.config_file], [f.model])
     return {"inputs": inputs, "query_of": query_of, "copy_btn": r.copy_btn, "pick": r.pick, "outputs": r.outputs, "on_estimate": on_estimate}
@@ -104,9 +109,10 @@ def estimator_results() -> SimpleNamespace:
                        column_widths=["44px", "44%", "84px", "40%"])
     with gr.Row():
         pick = gr.Number(value=1, precision=0, minimum=1, label=T("estimator.pick"), scale=1)
-        copy_btn = gr.Button(T("estimator.copy"), scale=2)
+        copy_btn = gr.Button(T("estimator.copy"), scale=2, elem_id="estimator-copy")
     chart = gr.HTML(elem_id="estimator-breakdown-chart")
-    breakdown = gr.Dataframe(interactive=False, label=T("estimator.breakdown_label"), wrap=True, column_widths=["25%", "64px", "62%"],
+    # widths as shares of the table only (gradio adds a px column to the shares: at 390 px "25%, 64px, 62%" overflowed the phone)
+    breakdown = gr.Dataframe(interactive=False, label=T("estimator.breakdown_label"), wrap=True, column_widths=["28%", "16%", "56%"],
                              elem_id="estimator-breakdown")
     with gr.Accordion(T("estimator.cards_table"), open=False):
         tiers = gr.Dataframe(interactive=False, label=T("estimator.cards_label"), wrap=True, elem_id="estimator-verdicts")
@@ -115,4 +121,5 @@ def estimator_results() -> SimpleNamespace:
         cols = estimate_view.runs_columns()
         runs_plot = gr.ScatterPlot(x=cols[0], y=cols[1], color=cols[4], tooltip=[cols[3], cols[2]], height=240, title=T("estimator.runs_plot"),
                                    show_label=False)
-    return SimpleNamespace(outputs=[totals, chart, breakdown, tiers, limits, fit, runs_md, runs_plot, bars], pick=pick, copy_btn=copy_btn)
+    return SimpleNamespace(outputs=[totals, chart, breakdown, tiers, limits, fit, runs_md, runs_plot, bars], pick=pick, copy_btn=copy_btn,
+                           breakdown=breakdown)

@@ -8,6 +8,7 @@ the usual training settings, on this machine's card)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 from collections.abc import Callable
@@ -19,12 +20,12 @@ import pandas as pd
 from ..config import MemoryQuery
 from ..errors import EngineError
 from ..estimator import memory
-from ..estimator.catalog import catalog_lookup, choice_label, tier_by_name
+from ..estimator.catalog import HardwareTier, catalog_lookup, choice_label, tier_by_name
 from ..estimator.handoff import train_values_from_query
 from ..estimator.local_card import default_tier
 from ..estimator.own_runs import RunPoint, capacity_correction, run_points
 from ..estimator.recipes import tier_for_device
-from ..estimator.texts import render, term_name, tier_name
+from ..estimator.texts import render, term_name, term_what, tier_name
 from ..fields import from_flat
 from ..hardware.device import DeviceInfo, detect_device
 from ..i18n import fmt_number, norm_lang, t
@@ -37,6 +38,9 @@ from .offline import marked, online_now
 DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 FORM_DEFAULTS: dict[str, Any] = {"grad_ckpt": True}
 VERDICT_ICONS = {"fits": "✅", "tight": "⚠️", "no": "❌"}
+CUDA_CONTEXT = "CUDA context"
+# Terms said in CPU words on a CPU tier (estimator_cpu.* in the language files): no CUDA context, no nvidia-smi there.
+CPU_TERMS = {CUDA_CONTEXT: "runtime", "fragmentation": "fragmentation"}
 
 
 class Panel(NamedTuple):
@@ -95,12 +99,14 @@ def _count(n: int, lang: str) -> str:
     return f"{_n(n / 1e9, lang)} B" if n >= 1e9 else f"{fmt_number(round(n / 1e6, 1), lang, 1)} M"
 
 
-def totals_md(q: MemoryQuery, est: memory.MemoryEstimate, lang: str = "en") -> str:
-    """The two totals, which is which, the model and its size, and the band."""
-    md = (t("estimator.totals.head", lang, allocated=_n(est.allocated_gib, lang), total=_n(est.total_gib, lang))
+def totals_md(q: MemoryQuery, est: memory.MemoryEstimate, lang: str = "en", cpu: HardwareTier | None = None) -> str:
+    """The two totals, which is which, the model and its size, and the band. cpu: the chosen card when it is a CPU tier
+    (the whole process then holds the Python runtime, not a CUDA context, and no nvidia-smi is involved)."""
+    total = est.total_gib if cpu is None else cpu_total_gib(est, cpu)
+    md = (t("estimator.totals.head", lang, allocated=_n(est.allocated_gib, lang), total=_n(total, lang))
           + "\n\n" + t("estimator.totals.model", lang, model=_shown_model(q, est), params=_count(est.params, lang), trainable=_count(est.trainable_params, lang),
                        effective=fmt_number(q.batch * q.grad_accum, lang), phase=t(f"estimator.phase.{est.phase.replace(' ', '_')}", lang))
-          + "\n\n" + band_line(est, lang) + "\n\n" + t("estimator.totals.which", lang))
+          + "\n\n" + band_line(est, lang) + "\n\n" + t("estimator_cpu.which" if cpu is not None else "estimator.totals.which", lang))
     if est.notes:
         md += "\n\n" + "\n".join(f"- {render(n, lang)}" for n in est.notes)
     return md
@@ -123,13 +129,32 @@ def band_line(est: memory.MemoryEstimate, lang: str = "en") -> str:
              few=t("estimator.band.few", lang) if band.n < 5 else "")
 
 
-def _breakdown(est: memory.MemoryEstimate, lang: str) -> tuple[str, pd.DataFrame]:
-    rows = [[name, gib, what] for name, gib, what in memory.breakdown_rows(est, lang) if gib > 0]
-    segments = [(term_name(term, lang), est.breakdown_gib[term], i) for i, term in enumerate(memory.TERMS) if est.breakdown_gib.get(term, 0) > 0]
+def cpu_total_gib(est: memory.MemoryEstimate, cpu: HardwareTier) -> float:
+    """The whole process on a CPU tier: the estimate's total with the tier's runtime in place of the CUDA context."""
+    return est.total_gib - est.breakdown_gib.get(CUDA_CONTEXT, 0.0) + cpu.cuda_context_gib
+
+
+def cpu_terms(est: memory.MemoryEstimate, cpu: HardwareTier) -> memory.MemoryEstimate:
+    """The estimate as a CPU tier sees it: the "CUDA context" term holds the tier's Python runtime (hardware.yaml)."""
+    return dataclasses.replace(est, breakdown_gib={**est.breakdown_gib, CUDA_CONTEXT: cpu.cuda_context_gib})
+
+
+def _term_texts(term: str, lang: str, cpu: bool) -> tuple[str, str]:
+    """(name, what it is) of a memory term; on a CPU tier the terms that name GPU things are said in CPU words."""
+    if cpu and term in CPU_TERMS:
+        return t(f"estimator_cpu.{CPU_TERMS[term]}.name", lang), t(f"estimator_cpu.{CPU_TERMS[term]}.what", lang)
+    return term_name(term, lang), term_what(term, lang)
+
+
+def _breakdown(est: memory.MemoryEstimate, lang: str, cpu: bool = False) -> tuple[str, pd.DataFrame]:
+    texts = {term: _term_texts(term, lang, cpu) for term in memory.TERMS}
+    rows = [[texts[term][0], est.breakdown_gib.get(term, 0.0), texts[term][1]] for term in memory.TERMS]
+    rows = [r for r in rows if round(r[1], 3) > 0]  # as memory.breakdown_rows rounds them
+    segments = [(texts[term][0], est.breakdown_gib[term], i) for i, term in enumerate(memory.TERMS) if est.breakdown_gib.get(term, 0) > 0]
     rows = [[r[0], _gib(r[1], lang), r[2]] for r in rows]
     rows += [[f"↳ {render(name, lang)}", _gib(gib, lang), t("estimator.breakdown.inside", lang)] for name, gib in memory.detail_rows(est)]
     cols = [t(f"estimator.breakdown.{c}", lang) for c in ("term", "gib", "what")]
-    return breakdown_html(segments, est.total_gib, lang), pd.DataFrame(rows, columns=cols)
+    return breakdown_html(segments, sum(est.breakdown_gib.values()), lang), pd.DataFrame(rows, columns=cols)
 
 
 def _cards(q: MemoryQuery, est: memory.MemoryEstimate, chosen: str, lang: str) -> tuple[str, pd.DataFrame]:
@@ -182,10 +207,12 @@ def estimate_outputs(q: MemoryQuery, tier: str, lang: str = "en") -> Panel:
     """Everything the panel shows for the query on the card `tier`, in `lang`. Raises EngineError when the query
     cannot be estimated; a card-specific failure becomes the limits text."""
     est = memory.estimate(q)
-    chart, breakdown = _breakdown(est, lang)
+    cpu = next((c for c in memory.hardware_tiers() if c.name == tier and c.kind == "cpu"), None)  # a CPU tier: CPU words
+    shown = cpu_terms(est, cpu) if cpu is not None else est
+    chart, breakdown = _breakdown(shown, lang, cpu is not None)
     bars, tiers = _cards(q, est, tier, lang)
     limits, fit = limits_and_fit(q, tier, lang)
-    return Panel(totals_md(q, est, lang), chart, breakdown, tiers, limits, fit, bars)
+    return Panel(totals_md(q, est, lang, cpu), chart, breakdown, tiers, limits, fit, bars)
 
 
 def estimate_or_warning(query: Callable[[], MemoryQuery], tier: str, runs_dir: Path | None = None, shared: bool = False,
