@@ -73,7 +73,8 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
 def estimator_form() -> SimpleNamespace:
     """The model (a choice, an uploaded config.json or a described architecture), the card, the job's main settings and,
     folded, the others. Opens on a popular real model with checkpointing on, on this machine's card (estimate_view)."""
-    model = gr.Dropdown(choices=estimate_view.model_choices(), value=estimate_view.DEFAULT_MODEL, allow_custom_value=True,
+    # unmarked while the page is built (no text in one language in its config); marked on load, in the visitor's language
+    model = gr.Dropdown(choices=estimate_view.model_choices(online=True), value=estimate_view.DEFAULT_MODEL, allow_custom_value=True,
                         label=T("estimator.model"), info=T("estimator.model_info"), elem_id="estimator-model")
     # (name, id) choices: the value stays the tier id (API callers and the CLI use ids); names in the visitor's language on load
     tier = gr.Dropdown(choices=estimate_view.tier_choices(), value=estimate_view.opening_tier(), label=T("estimator.card"),
