@@ -30,6 +30,7 @@ def test_a_slow_first_run_gets_shorter_settings_with_time_here_and_accuracy(tmp_
     assert text.startswith("⏱ This run needs **about") and "(7 s a step now)" in text
     assert "**250 steps**, sequence length 72, micro batch 16: about 32 min 10 s here, **~6%** correct" in text  # 250 x 7 s + 2 x 90 s
     assert "**350 steps**, sequence length 72, micro batch 16: about 43 min 50 s here, **~68%** correct" in text
+    assert "**500 steps**, sequence length 72, micro batch 8: about 32 min 10 s here, **~44%** correct" in text
     assert "**1000 steps**" not in text  # longer than this run: not suggested
     assert "Max steps" in text
     pt = shorter_run_md(_running(tmp_path, per_step=7.0), "pt-BR")
@@ -48,6 +49,7 @@ def test_no_suggestion_for_a_fast_run_another_kind_of_run_or_before_the_first_st
 
 
 def test_the_time_of_a_setting_scales_with_the_tokens_a_step_reads():
-    options = dict((p.max_steps, took) for p, took in shorter_runs(2.0, 500, 72, 16))
-    assert options[250] == 500.0 and 500 not in options and 1000 not in options
+    options = dict(((p.max_steps, p.micro_batch_size), took) for p, took in shorter_runs(2.0, 500, 72, 16))
+    assert options[(250, 16)] == 500.0 and options[(500, 8)] == 500.0  # half the steps, or half the rows a step
+    assert (500, 16) not in options and (1000, 16) not in options
     assert SLOW_RUN_S == 600.0
