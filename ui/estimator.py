@@ -41,8 +41,6 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
         out = list(estimate_view.estimate_or_warning(lambda: query_of(check_ui_estimator_model(model_v, upload_dir), *vals), tier_v,
                                                      runs_dir=jobs.runs_dir, shared=jobs.owner_only, lang=lang))
         out[5] = gr.Dataframe(value=out[5], visible=out[5] is not None and len(out[5]) > 0)  # "nothing to change" is said above it
-        for i in (2, 3):  # no estimate (an unknown model, a bad value): no empty tables, the warning says why
-            out[i] = gr.Dataframe(value=out[i], visible=out[i] is not None)
         cols = estimate_view.runs_columns(lang)  # the scatter's columns (its axis titles) in the visitor's language
         out[7] = gr.ScatterPlot(value=out[7], x=cols[0], y=cols[1], color=cols[4], tooltip=[cols[3], cols[2]])
         return tuple(out)
@@ -62,9 +60,13 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
     def on_config_upload(path, request: gr.Request):
         return gr.update(value=str(keep_upload(path, uploads_of(upload_dir, request), suffixes=[".json"], max_bytes=2**20))) if path else gr.skip()
 
-    # nothing estimated, nothing to hand over: the button follows the breakdown (present only with an estimate)
-    r.breakdown.change(lambda df: gr.Button(interactive=df is not None and len(df) > 0), [r.breakdown], [r.copy_btn], queue=False,
-                       api_visibility="private")
+    # no estimate (an unknown model, a bad value): no empty tables and nothing to hand over, the warning above says why.
+    # Follows the breakdown's value (present only with an estimate), so that the "estimate" API keeps returning plain values.
+    def on_breakdown(df):
+        ok = df is not None and len(df) > 0
+        return gr.Dataframe(visible=ok), gr.Dataframe(visible=ok), gr.Button(interactive=ok)
+
+    r.breakdown.change(on_breakdown, [r.breakdown], [r.breakdown, r.tiers, r.copy_btn], queue=False, api_visibility="private")
     f.manual_btn.click(on_manual, f.manual, [f.model], api_name="manual_architecture")
     f.config_file.upload(on_config_upload, [f.config_file], [f.model])
     return {"inputs": inputs, "query_of": query_of, "copy_btn": r.copy_btn, "pick": r.pick, "outputs": r.outputs, "on_estimate": on_estimate}
@@ -123,4 +125,4 @@ def estimator_results() -> SimpleNamespace:
         runs_plot = gr.ScatterPlot(x=cols[0], y=cols[1], color=cols[4], tooltip=[cols[3], cols[2]], height=240, title=T("estimator.runs_plot"),
                                    show_label=False)
     return SimpleNamespace(outputs=[totals, chart, breakdown, tiers, limits, fit, runs_md, runs_plot, bars], pick=pick, copy_btn=copy_btn,
-                           breakdown=breakdown)
+                           breakdown=breakdown, tiers=tiers)
