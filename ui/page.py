@@ -89,9 +89,11 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         form = ft["form"]
 
         @ui_errors
-        def copy_to_finetune(pick_n, *vals):
-            values, rank = estimate_view.finetune_values(est["query_of"](vals[0], *vals[2:]), vals[1], pick_n)
-            if note := handoff_warning(values.get("base_model"), lang_of()):  # offline, a Hub model: say so, offer the built-in one
+        def copy_to_finetune(request: gr.Request, pick_n, *vals):
+            # the estimator's own check and scope: a config.json of this session's uploads, never another file on the server
+            with est["scope"](request):
+                values, rank = estimate_view.finetune_values(est["checked_query"](request, vals[0], *vals[2:]), vals[1], pick_n)
+            if note := handoff_warning(values.get("base_model"), lang_of(request)):  # offline, a Hub model: say so, offer the built-in one
                 gr.Warning(note)
             else:
                 gr.Info(tr("estimator.copied_with", rank=rank) if rank is not None else tr("estimator.copied"))
