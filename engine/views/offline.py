@@ -58,3 +58,10 @@ def handoff_warning(ref: str | None, lang: str = "en") -> str:
     if not needs_internet_now(ref):
         return ""
     return t("hub_offline.copied", lang, model=str(ref).strip(), builtin=OFFLINE_MODEL)
+
+
+def marked_choices(refs: list[str], lang: str = "en", online: bool | None = None) -> list[tuple[str, str]]:
+    """A list of model references as (label, value) choices, the ones that would need the internet marked (the Fine-tune
+    form's base and teacher models). online: hub_online()'s answer, asked once here when not given."""
+    online = online_now() if online is None else online
+    return [(marked(ref, ref, online, lang), ref) for ref in refs]

@@ -56,3 +56,10 @@ def test_start_refuses_a_hub_model_offline_at_once_in_the_visitors_language():
         finetune_form.check_reachable(TrainConfig(base_model="Qwen/Qwen2.5-1.5B-Instruct", method="qlora"))
     assert exc.value.key == "playground.error.hub_offline" and "Qwen/Qwen2.5-1.5B-Instruct" in exc.value.render("pt-BR")
     finetune_form.check_reachable(TrainConfig())  # the built-in model: nothing to download
+
+
+def test_the_fine_tune_lists_mark_hub_models_offline():
+    refs = ["builtin:compact-mini", "run:mine", "Qwen/Qwen2.5-0.5B"]
+    assert offline.marked_choices(refs, "pt-BR") == [("builtin:compact-mini", "builtin:compact-mini"), ("run:mine", "run:mine"),
+                                                     ("Qwen/Qwen2.5-0.5B · 🌐 precisa de internet", "Qwen/Qwen2.5-0.5B")]
+    assert offline.marked_choices(refs, online=True) == [(r, r) for r in refs]
