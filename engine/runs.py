@@ -260,7 +260,8 @@ class RunSummary:
     output: str | None = None  # "adapter" | "model" when finished
     error: str | None = None
     error_kind: str | None = None  # "oom" | "engine" | "nan" (the loss diverged) | "crash"
-    resumable: bool = False
+    resumable: bool = False  # it has a complete checkpoint: Resume continues from there
+    restartable: bool = False  # stopped/failed/killed before any checkpoint: Resume starts it again from step 0, same settings
     started: float | None = None
     losses: list[dict[str, Any]] = field(default_factory=list)
     phase: str = ""
@@ -273,6 +274,9 @@ class RunSummary:
     queue_wait_s: float | None = None
     queue_behind: str | None = None  # the run training now
     queue_device: str | None = None  # that run's device ("cpu" | "cuda"), for the wording of the wait
+    phase_since: float | None = None  # when the current phase began (its event's time)
+    phase_progress: dict[str, Any] | None = None  # the current phase's own progress (the date task's answers: task_progress)
+    task_seconds: dict[str, float] = field(default_factory=dict)  # how long each date-task measurement took (before, after)
 
 
 def summarize(run_dir: Path, alive: bool) -> RunSummary:
@@ -301,6 +305,9 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
                 summary.losses.append({"step": ev["step"], "loss": ev["loss"], "kind": "pretraining"})
         elif t == "phase":
             summary.phase = ev.get("phase", "")
+            summary.phase_since, summary.phase_progress = ev.get("time"), None
+        elif t == "task_progress":
+            summary.phase_progress = ev
         elif t == "progress":
             summary.last_progress = ev
             summary.step = ev.get("step", summary.step)
@@ -319,6 +326,8 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
             summary.predicted_gib = ev.get("predicted_gib")
         elif t == "task_score":
             summary.task_scores[ev.get("when", "?")] = ev.get("accuracy")
+            if ev.get("seconds") is not None:
+                summary.task_seconds[ev.get("when", "?")] = ev["seconds"]
         elif t in ("done", "stopped", "error"):
             terminal = ev
     if terminal is not None:
@@ -345,7 +354,7 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
         summary.state, summary.error, summary.output = "damaged", damaged, None
         return summary
     summary.resumable = summary.state in ("stopped", "failed", "killed") and last_complete_checkpoint(run_dir) is not None
-    if summary.state in ("stopped", "failed", "killed") and not summary.resumable and (run_dir / "config.yaml").exists():
-        # No checkpoint yet: "resume" restarts from step 0 with the same config.
-        summary.resumable = True
+    # No checkpoint (a run that failed while loading, or was stopped before its first save): nothing to resume from, but
+    # Resume starts it again from step 0 with the same config; the page says which of the two it will do.
+    summary.restartable = summary.state in ("stopped", "failed", "killed") and not summary.resumable and (run_dir / "config.yaml").exists()
     return summary

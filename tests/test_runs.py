@@ -81,7 +81,10 @@ def test_summary_states(tmp_path):
     log.write("eval", step=5, eval_loss=1.7)
     assert summarize(tmp_path, alive=True).state == "running"
     s = summarize(tmp_path, alive=False)
-    assert s.state == "killed" and s.resumable and s.best_eval_loss == 1.7 and s.step == 5
+    # no checkpoint: it cannot be resumed, only started again
+    assert s.state == "killed" and not s.resumable and s.restartable and s.best_eval_loss == 1.7 and s.step == 5
+    _ckpt(tmp_path, 5)
+    assert summarize(tmp_path, alive=False).resumable and not summarize(tmp_path, alive=False).restartable
     log.write("stopped", step=5)
     assert summarize(tmp_path, alive=False).state == "stopped"
     log.write("start")

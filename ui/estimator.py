@@ -55,6 +55,8 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
         comp.change(on_estimate, inputs, r.outputs, show_progress="hidden", trigger_mode="always_last", **ESTIMATE)
     # the cards' names in the visitor's language, on load (the value, a tier id, stays)
     gr.on(None, lambda: gr.Dropdown(choices=estimate_view.tier_choices(lang_of())), None, [f.tier], queue=False, api_visibility="private")
+    # the models too: offline, the Hub models are marked as needing the internet, in the visitor's language
+    gr.on(None, lambda: gr.Dropdown(choices=estimate_view.model_choices(lang_of())), None, [f.model], queue=False, api_visibility="private")
 
     @ui_errors
     def on_manual(layers, hidden, heads, kv, inter, vocab, tied):
@@ -64,6 +66,13 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
     def on_config_upload(path, request: gr.Request):
         return gr.update(value=str(keep_upload(path, uploads_of(upload_dir, request), suffixes=[".json"], max_bytes=2**20))) if path else gr.skip()
 
+    # no estimate (an unknown model, a bad value): no empty tables and nothing to hand over, the warning above says why.
+    # Follows the breakdown's value (present only with an estimate), so that the "estimate" API keeps returning plain values.
+    def on_breakdown(df):
+        ok = df is not None and len(df) > 0
+        return gr.Dataframe(visible=ok), gr.Dataframe(visible=ok), gr.Button(interactive=ok)
+
+    r.breakdown.change(on_breakdown, [r.breakdown], [r.breakdown, r.tiers, r.copy_btn], queue=False, api_visibility="private")
     f.manual_btn.click(on_manual, f.manual, [f.model], api_name="manual_architecture")
     f.config_file.upload(on_config_upload, [f.config_file], [f.model])
     return {"inputs": inputs, "query_of": query_of, "checked_query": checked_query, "scope": lambda request: visitor_scope(uploads_of(upload_dir, request)),
@@ -73,7 +82,8 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
 def estimator_form() -> SimpleNamespace:
     """The model (a choice, an uploaded config.json or a described architecture), the card, the job's main settings and,
     folded, the others. Opens on a popular real model with checkpointing on, on this machine's card (estimate_view)."""
-    model = gr.Dropdown(choices=estimate_view.model_choices(), value=estimate_view.DEFAULT_MODEL, allow_custom_value=True,
+    # unmarked while the page is built (no text in one language in its config); marked on load, in the visitor's language
+    model = gr.Dropdown(choices=estimate_view.model_choices(online=True), value=estimate_view.DEFAULT_MODEL, allow_custom_value=True,
                         label=T("estimator.model"), info=T("estimator.model_info"), elem_id="estimator-model")
     # (name, id) choices: the value stays the tier id (API callers and the CLI use ids); names in the visitor's language on load
     tier = gr.Dropdown(choices=estimate_view.tier_choices(), value=estimate_view.opening_tier(), label=T("estimator.card"),
@@ -109,9 +119,10 @@ def estimator_results() -> SimpleNamespace:
                        column_widths=["44px", "44%", "84px", "40%"])
     with gr.Row():
         pick = gr.Number(value=1, precision=0, minimum=1, label=T("estimator.pick"), scale=1)
-        copy_btn = gr.Button(T("estimator.copy"), scale=2)
+        copy_btn = gr.Button(T("estimator.copy"), scale=2, elem_id="estimator-copy")
     chart = gr.HTML(elem_id="estimator-breakdown-chart")
-    breakdown = gr.Dataframe(interactive=False, label=T("estimator.breakdown_label"), wrap=True, column_widths=["25%", "64px", "62%"],
+    # widths as shares of the table only (gradio adds a px column to the shares: at 390 px "25%, 64px, 62%" overflowed the phone)
+    breakdown = gr.Dataframe(interactive=False, label=T("estimator.breakdown_label"), wrap=True, column_widths=["28%", "16%", "56%"],
                              elem_id="estimator-breakdown")
     with gr.Accordion(T("estimator.cards_table"), open=False):
         tiers = gr.Dataframe(interactive=False, label=T("estimator.cards_label"), wrap=True, elem_id="estimator-verdicts")
@@ -120,4 +131,5 @@ def estimator_results() -> SimpleNamespace:
         cols = estimate_view.runs_columns()
         runs_plot = gr.ScatterPlot(x=cols[0], y=cols[1], color=cols[4], tooltip=[cols[3], cols[2]], height=240, title=T("estimator.runs_plot"),
                                    show_label=False)
-    return SimpleNamespace(outputs=[totals, chart, breakdown, tiers, limits, fit, runs_md, runs_plot, bars], pick=pick, copy_btn=copy_btn)
+    return SimpleNamespace(outputs=[totals, chart, breakdown, tiers, limits, fit, runs_md, runs_plot, bars], pick=pick, copy_btn=copy_btn,
+                           breakdown=breakdown, tiers=tiers)

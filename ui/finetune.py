@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from engine.training.jobs import JobManager
-from engine.views import finetune_form, run_history, run_view
+from engine.views import finetune_form, offline, run_history, run_view
 from ui.errors import ui_errors
 from ui.finetune_form import finetune_details, finetune_settings, form_handlers
 from ui.finetune_run import FOLLOW_LOG_JS, push_panel, resume_banner, run_actions, run_exports, run_handlers, watched_run
@@ -78,6 +78,10 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     view.log_scale.input(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     view.smoothing.release(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     form["method"].change(lambda m: [gr.update(visible=m == "distill")] * len(distill_only), [form["method"]], distill_only, **QUIET, api_visibility="private")
+    # offline: a Hub base model shows the way to the built-in one (the prediction above says why)
+    form["base_model"].change(lambda m: gr.update(visible=offline.needs_internet_now(m)), [form["base_model"]], [f.use_builtin], **QUIET,
+                              api_visibility="private")
+    f.use_builtin.click(lambda: gr.update(value=offline.OFFLINE_MODEL), None, [form["base_model"]], **QUIET, api_visibility="private")
     for comp in form.values():
         comp.change(fh.on_predict, inputs, [f.prediction], **QUIET)
 

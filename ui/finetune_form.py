@@ -15,7 +15,7 @@ from engine.config import TrainConfig
 from engine.estimator import recipes
 from engine.refs import visitor_scope
 from engine.training.jobs import JobManager
-from engine.views import choices, finetune_form, run_view, space_view
+from engine.views import choices, finetune_form, offline, run_view, space_view
 from ui.errors import ui_errors
 from ui.language import T, lang_of, tr
 from ui.session import session_key, uploads_of
@@ -40,9 +40,12 @@ def finetune_settings(jobs: JobManager) -> SimpleNamespace:
     with gr.Row():
         comps.update(make_inputs(TrainConfig, only=top[4:], values=values))
     prediction = gr.Markdown(elem_id="finetune-prediction")  # what the run will need, right under the button that starts it
+    # offline, a Hub base model: the built-in compact model in one click (shown only then; engine/views/offline.py)
+    use_builtin = gr.Button(T("hub_offline.use_builtin"), size="sm", visible=offline.needs_internet_now(values["base_model"]),
+                            elem_id="finetune-use-builtin")
     note = "space.one_run_queue" if jobs.queue else "finetune.one_run_shared" if jobs.owner_only else "finetune.one_run_local"
     gr.Markdown(T(note), elem_classes=["finetune-note"])
-    return SimpleNamespace(comps=comps, upload=upload, prediction=prediction, start=start, stop=stop)
+    return SimpleNamespace(comps=comps, upload=upload, prediction=prediction, start=start, stop=stop, use_builtin=use_builtin)
 
 
 def finetune_details() -> SimpleNamespace:
@@ -97,6 +100,7 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
     @ui_errors
     def on_start(request: gr.Request, owner_v, upload_path, *vals):
         cfg = config_of(request, upload_path, *vals)
+        finetune_form.check_reachable(cfg)  # offline and a Hub model: say so now, not after a failed start
         if finetune_form.memory_prediction(cfg, jobs.runs_dir)[1] == "no":
             gr.Warning(tr("finetune.msg.will_not_fit"))
         with visitor_scope(uploads_of(upload_dir, request)):  # the engine's gate checks this session's folder too (engine/refs.py)

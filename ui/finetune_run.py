@@ -12,7 +12,7 @@ import gradio as gr
 from engine.config import GgufSettings
 from engine.fields import field_specs
 from engine.training.jobs import JobManager
-from engine.views import choices, refresh, run_charts, run_control, run_history, run_view
+from engine.views import choices, offline, refresh, run_charts, run_control, run_history, run_view
 from ui.errors import ui_errors
 from ui.language import T, lang_of, tr
 from ui.queues import QUIET
@@ -118,7 +118,8 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
 
     def on_load(request: gr.Request):
         name, runs = run_view.opening_run(jobs)
-        models = gr.update(choices=choices.train_model_choices(jobs))  # runs finished since the page was built
+        # runs finished since the page was built; offline, the Hub models marked as needing the internet (in the visitor's language)
+        models = gr.update(choices=offline.marked_choices(choices.train_model_choices(jobs), lang_of(request)))
         return name, gr.update(choices=runs, value=name), run_history.history_table(jobs, lang_of(request)), models, models
 
     def init_owner(key):  # a new browser gets a random key, kept in its local storage

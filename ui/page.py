@@ -12,6 +12,7 @@ from engine import i18n, sharing, space
 from engine.errors import EngineError
 from engine.training.jobs import JobManager
 from engine.views import estimate_view, space_view
+from engine.views.offline import handoff_warning
 from engine.views.uploads import sweep_uploads
 from ui.errors import ui_errors
 from ui.estimator import build_estimator
@@ -99,10 +100,14 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
             # the estimator's own check and scope: a config.json of this session's uploads, never another file on the server
             with est["scope"](request):
                 values, rank = estimate_view.finetune_values(est["checked_query"](request, vals[0], *vals[2:]), vals[1], pick_n)
-            gr.Info(tr("estimator.copied_with", rank=rank) if rank is not None else tr("estimator.copied"))
-            return [gr.update(value=values[n]) if n in values else gr.skip() for n in form]
+            if note := handoff_warning(values.get("base_model"), lang_of(request)):  # offline, a Hub model: say so, offer the built-in one
+                gr.Warning(note)
+            else:
+                gr.Info(tr("estimator.copied_with", rank=rank) if rank is not None else tr("estimator.copied"))
+            # the values, then the Fine-tune tab, where they now are
+            return [*[gr.update(value=values[n]) if n in values else gr.skip() for n in form], gr.Tabs(selected="ft")]
 
-        est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], list(form.values()), api_name="copy_to_finetune")
+        est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], [*form.values(), tabs], api_name="copy_to_finetune")
         demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate", **ESTIMATE)
         demo.load(None, None, [lang_switch], js=LANG_NOW_JS)
         # gradio translates a tab's label when the tab is first shown: the others come from the server, in the page's language

@@ -31,6 +31,16 @@ div:has(#pg-panel-button[aria-selected="true"]) #guide-try {
 .table-wrap { --df-max-col-width: 20em !important; }
 .table-wrap th .header, .table-wrap th span { word-break: normal !important; overflow-wrap: normal !important; hyphens: none; }
 
+/* a slider's label and help take the line and its number box goes under them when the column is narrow (the Epochs
+   field beside Max steps was squeezed to one word per line) */
+.block .head:has(> .tab-like-container) { flex-wrap: wrap; row-gap: 4px; }
+.block .head:has(> .tab-like-container) > label { flex: 1 1 14em; min-width: 0; }
+/* an uploaded file's whole name, on more lines if need be (a narrow box showed "my_training_data.csv" as ".c") */
+.file-preview tr.file { display: flex; flex-wrap: wrap; align-items: baseline; }
+.file-preview td.filename { display: flex; flex-wrap: wrap; flex: 1 1 8em; min-width: 0; white-space: normal; overflow-wrap: anywhere; }
+.file-preview td.download { flex: 0 0 auto; }
+.file-preview td.filename .stem, .file-preview td.filename .ext { min-width: 0; overflow-wrap: anywhere; white-space: normal; overflow: visible; text-overflow: clip; max-width: none; }
+
 /* phone widths: the panels' tabs wrap onto a second line (build_app), results come before the long forms */
 @media (max-width: 640px) {
   .form-results > .column:last-child { order: -1; }

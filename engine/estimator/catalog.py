@@ -115,6 +115,9 @@ def _catalog_index() -> dict[str, CatalogEntry]:
     for e in catalog():  # looser keys last so that exact names always win
         for key in (e.name, e.hf_id, *e.aliases):
             index.setdefault(_normalize(key), e)
+    for e in catalog():  # the loosest: how people write a name ("Llama 3.1 8B", "Qwen 2.5 1.5B Instruct")
+        for key in (e.name, e.hf_id, *e.aliases):
+            index.setdefault(loose_key(key), e)
     return index
 
 
@@ -123,10 +126,41 @@ def _normalize(ref: str) -> str:
     return "~" + _SUFFIXES.sub("", base)
 
 
+# Words a person may put around a model's name that do not change its architecture (the owner, a variant).
+_LOOSE_DROP = {"meta", "instruct", "chat", "hf", "it", "base", "gptq", "awq", "bnb", "fp16", "bf16"}
+_LOOSE_TOKENS = re.compile(r"\d+(?:\.\d+)*|[a-z]+")
+
+
+def loose_key(text: str) -> str:
+    """A model name as people write it, reduced to its words and numbers: case, spaces, punctuation and the place where
+    letters meet digits do not matter ("Llama 3.1 8B", "llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct" all give
+    "llama 3.1 8 b"); the Hub owner and variant words (instruct, chat, hf...) are dropped."""
+    name = str(text).strip().lower().rsplit("/", 1)[-1]
+    words = [w for w in _LOOSE_TOKENS.findall(name) if w not in _LOOSE_DROP]
+    return "≈" + " ".join(words)
+
+
+def display_name(entry: CatalogEntry) -> str:
+    """How the model's own page writes its name (the Hub repo, dashes as spaces): "Llama 3.1 8B", "Qwen2.5 1.5B"."""
+    name = entry.hf_id.rsplit("/", 1)[-1].replace("-", " ").replace("_", " ")
+    return name[:-3] if name.lower().endswith(" hf") else name  # "Llama 2 7b hf": the -hf of a converted checkpoint
+
+
+def choice_label(entry: CatalogEntry) -> str:
+    """The model list's label: the display name and the catalog name, so that a dropdown filtering on the label (gradio
+    matches a substring, ignoring case) finds the model by either spelling."""
+    shown = display_name(entry)
+    return entry.name if shown.lower() == entry.name.lower() else f"{shown} · {entry.name}"
+
+
 def catalog_lookup(ref: str) -> CatalogEntry | None:
-    """The catalog entry for a name, Hub id or alias (instruct/chat/quantized variants share the architecture)."""
+    """The catalog entry for a name, Hub id or alias (instruct/chat/quantized variants share the architecture), written
+    exactly, or loosely as people write names (loose_key)."""
     index = _catalog_index()
-    return index.get(ref.strip().lower()) or index.get(_normalize(ref.strip()))
+    ref = str(ref).strip()
+    if not ref:
+        return None
+    return index.get(ref.lower()) or index.get(_normalize(ref)) or index.get(loose_key(ref))
 
 
 @functools.lru_cache(maxsize=1)

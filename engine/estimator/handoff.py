@@ -46,7 +46,7 @@ def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
     if not q.model.startswith(("/", "manual:")) and not q.model.endswith(".json"):
         entry = catalog_lookup(q.model)
         # a catalog short name ("qwen2.5-1.5b") names no loadable model: the fine-tune form gets its Hugging Face id
-        values["base_model"] = entry.hf_id if entry is not None and q.model.strip().lower() == entry.name.lower() else q.model
+        values["base_model"] = entry.hf_id if entry is not None and "/" not in q.model else q.model
     values["precision"] = {"amp-fp16": "fp16", "amp-bf16": "bf16", "pure-bf16": "bf16", "fp32": "fp32"}[q.training_precision]
     values["distributed"] = q.distributed if q.gpus > 1 else "none"
     if q.distributed != "none" and q.gpus > 1:
@@ -157,6 +157,9 @@ def check_ui_estimator_model(ref: str, upload_dir: Path | None) -> str:
     ref = (ref or "").strip()
     if ref.startswith(("builtin:", "manual:")):
         return ref
+    entry = catalog_lookup(ref) if not ref.endswith(".json") and not looks_like_path(ref) else None
+    if entry is not None and not HUB_MODEL_ID_RE.match(ref):
+        return entry.name  # a name written as people write it ("Llama 3.1 8B"): the catalog model it means
     if ref.endswith(".json") or looks_like_path(ref):
         path = Path(ref).expanduser().resolve()
         if upload_dir is not None and path.is_relative_to(Path(upload_dir).resolve()):

@@ -103,7 +103,7 @@ def push_source(run_dir: Path, what: str | None = None) -> tuple[str, Path]:
     summary, _ = run_events(run_dir)
     if summary.state != "finished":
         raise HubError(f"Run {name!r} is {summary.state}, not finished: only a finished run has a final adapter or model "
-                       "to push" + (" (resume it first)." if summary.resumable else "."))
+                       "to push" + (" (resume it first)." if summary.resumable or summary.restartable else "."))
     has_adapter = (run_dir / "adapter" / "adapter_config.json").exists()
     has_model = (run_dir / "model" / "config.json").exists()
     if what is None or what == "":

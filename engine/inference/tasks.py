@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -160,6 +160,7 @@ def evaluate_task(
     *,
     max_new_tokens: int = 16,
     batch_size: int = 16,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> TaskScore:
     """Generate greedily for every item (batched, left-padded, with the chat template) and score.
 
@@ -171,6 +172,9 @@ def evaluate_task(
     run in eval mode without gradients, and backward through a repacked layer is silently wrong. Calling
     this on a model that will be trained afterwards is the caller's responsibility: prevent or undo the
     repacking (see shared/design.md §6) or reload the model before training.
+
+    on_progress(done, total): called after each batch with the number of items answered, so that a caller can show the
+    measurement's own progress (a training run writes it as events: on a busy CPU this takes minutes).
     """
     import torch
 
@@ -199,6 +203,8 @@ def evaluate_task(
                 )
                 new_tokens = generated[:, input_ids.shape[1] :].cpu()
                 outputs.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+                if on_progress is not None:
+                    on_progress(len(outputs), len(items))
     finally:
         if was_training:
             model.train()

@@ -103,6 +103,21 @@ def forget_probe() -> None:
         _probe.update(at=None, ok=False)
 
 
+def hub_online() -> bool:
+    """Whether Hub downloads can work now: not in offline mode, and the Hub (or its proxy) accepts a connection. Cheap
+    to ask often: the environment is read at once and the probe's answer is remembered for PROBE_TTL_S seconds."""
+    return not offline_mode() and hub_reachable()
+
+
+def needs_internet(repo_id: str, online: bool | None = None) -> bool:
+    """Whether loading the Hub model `repo_id` needs an internet connection this app does not have now: offline (or the
+    Hub unreachable) and the model not in the local cache. `online`: hub_online()'s answer when the caller already has
+    it (a list of models asks once)."""
+    if online is None:
+        online = hub_online()
+    return not online and not in_local_cache(repo_id)
+
+
 def check_hub_model(repo_id: str) -> bool:
     """Whether the Hub model `repo_id` can be loaded now; True when it must load from the local cache only (the Hub
     unreachable, the model cached). ModelLoadError (keyed) when it cannot: offline or unreachable, and not cached."""

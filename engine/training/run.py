@@ -323,10 +323,17 @@ def _task_score(model: Any, tokenizer: Any, events: EventLog, when: str) -> None
 
     events.write("phase", phase=f"scoring the date task ({when})")
     was_training = model.training
-    score = evaluate_task(model, tokenizer, date_items("test"))
+    started = time.monotonic()
+
+    def progress(done: int, total: int) -> None:  # the measurement's own progress and time left, for the progress bar
+        elapsed = time.monotonic() - started
+        events.write("task_progress", when=when, done=done, total=total, elapsed_s=round(elapsed, 1),
+                     eta_s=round(elapsed / done * (total - done), 1) if done else None)
+
+    score = evaluate_task(model, tokenizer, date_items("test"), on_progress=progress)
     model.train(was_training)
     # the first answers and the first misses: the panel shows a few right and a few wrong ones
-    events.write("task_score", when=when, accuracy=score.accuracy, n=score.n, examples=[list(e) for e in score.examples[:3]],
+    events.write("task_score", when=when, accuracy=score.accuracy, n=score.n, seconds=round(time.monotonic() - started, 1), examples=[list(e) for e in score.examples[:3]],
                  misses=[list(e) for e in score.misses[:3]])
 
 

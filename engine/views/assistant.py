@@ -49,7 +49,8 @@ def public_summary(s: RunSummary, runs_dir: Path) -> dict[str, Any]:
     return {"run": s.name, "state": s.state, "method": s.method, "base_model": "(a model folder)" if base and looks_like_path(base) else base,
             "dataset": data_label(s.dataset), "step": s.step, "max_steps": s.max_steps, "last_loss": s.last_loss,
             "best_eval_loss": s.best_eval_loss, "output": s.output, "error": scrub_paths(s.error, runs_dir) if s.error else s.error,
-            "task_accuracy": dict(s.task_scores or {}), "resumable": s.resumable}
+            "task_accuracy": dict(s.task_scores or {}), "resumable": s.resumable,
+            "restartable": s.restartable}
 
 
 def _json(value: Any) -> str:

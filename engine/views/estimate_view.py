@@ -8,6 +8,7 @@ the usual training settings, on this machine's card)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 from collections.abc import Callable
@@ -19,16 +20,17 @@ import pandas as pd
 from ..config import MemoryQuery
 from ..errors import EngineError
 from ..estimator import memory
-from ..estimator.catalog import tier_by_name
+from ..estimator.catalog import HardwareTier, catalog_lookup, choice_label, tier_by_name
 from ..estimator.handoff import train_values_from_query
 from ..estimator.local_card import default_tier
 from ..estimator.own_runs import RunPoint, capacity_correction, run_points
 from ..estimator.recipes import tier_for_device
-from ..estimator.texts import render, term_name, tier_name
+from ..estimator.texts import render, term_name, term_what, tier_name
 from ..fields import from_flat
 from ..hardware.device import DeviceInfo, detect_device
 from ..i18n import fmt_number, norm_lang, t
 from .estimate_charts import CardBar, breakdown_html, card_bars_html
+from .offline import marked, online_now
 
 # What the panel opens on: a popular, openly licensed 1.5B instruct model (offline from presets/catalog_arch.json, and
 # a Hub id the Fine-tune panel can load), with checkpointing on as every QLoRA/LoRA recipe trains (the dataclass
@@ -36,6 +38,9 @@ from .estimate_charts import CardBar, breakdown_html, card_bars_html
 DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 FORM_DEFAULTS: dict[str, Any] = {"grad_ckpt": True}
 VERDICT_ICONS = {"fits": "✅", "tight": "⚠️", "no": "❌"}
+CUDA_CONTEXT = "CUDA context"
+# Terms said in CPU words on a CPU tier (estimator_cpu.* in the language files): no CUDA context, no nvidia-smi there.
+CPU_TERMS = {CUDA_CONTEXT: "runtime", "fragmentation": "fragmentation"}
 
 
 class Panel(NamedTuple):
@@ -50,9 +55,18 @@ class Panel(NamedTuple):
     bars: str  # HTML: memory per card
 
 
-def model_choices() -> list[str]:
-    """The model dropdown: the default model, then the built-in presets and the catalog."""
-    return [DEFAULT_MODEL, *(m for m in memory.model_choices() if m != DEFAULT_MODEL)]
+def model_choices(lang: str = "en", online: bool | None = None) -> list[tuple[str, str]]:
+    """The model dropdown as (label, value): the default model, then the built-in presets and the catalog. A catalog
+    model's label holds its display name beside its catalog name (the dropdown filters on the label: "Llama 3.1 8B" and
+    "llama-3.1-8b" both find it; a name typed another way is resolved by catalog_lookup); offline, the models that would
+    be downloaded are marked as needing the internet (engine/views/offline.py). online: hub_online()'s answer, asked
+    once here when not given."""
+    online = online_now() if online is None else online
+    out = []
+    for value in [DEFAULT_MODEL, *(m for m in memory.model_choices() if m != DEFAULT_MODEL)]:
+        entry = catalog_lookup(value) if not value.startswith("builtin:") and value != DEFAULT_MODEL else None
+        out.append((marked(choice_label(entry) if entry is not None else value, value, online, lang), value))
+    return out
 
 
 def tier_choices(lang: str = "en") -> list[tuple[str, str]]:
@@ -87,11 +101,12 @@ def _count(n: int, lang: str) -> str:
 
 def totals_md(q: MemoryQuery, est: memory.MemoryEstimate, lang: str = "en", chosen: str | None = None) -> str:
     """The two totals, which is which, the model and its size, and the band; per GPU under ddp/fsdp; with paged
-    optimizer state, what must stay on the GPU, what can page out and what paging costs on the `chosen` card."""
+    optimizer state, what must stay on the GPU, what can page out and what paging costs on the `chosen` card. On a CPU
+    card, which is which in CPU words (the Python runtime, not a CUDA context; no nvidia-smi)."""
     md = (t("estimator.totals.head", lang, allocated=_n(est.allocated_gib, lang), total=_n(est.total_gib, lang))
           + "\n\n" + t("estimator.totals.model", lang, model=_shown_model(q, est), params=_count(est.params, lang), trainable=_count(est.trainable_params, lang),
                        effective=fmt_number(q.batch * q.grad_accum, lang), phase=t(f"estimator.phase.{est.phase.replace(' ', '_')}", lang))
-          + "\n\n" + band_line(est, lang) + "\n\n" + t("estimator.totals.which", lang))
+          + "\n\n" + band_line(est, lang) + "\n\n" + t("estimator_cpu.which" if cpu_tier(chosen) else "estimator.totals.which", lang))
     if q.distributed != "none" and q.gpus > 1 and q.task != "inference":
         md += "\n\n" + t("estimator.per_gpu", lang, mode=q.distributed, gpus=q.gpus,
                           what=t(f"estimator.per_gpu_what.{q.distributed}", lang, gpus=q.gpus))
@@ -133,9 +148,34 @@ def band_line(est: memory.MemoryEstimate, lang: str = "en") -> str:
              few=t("estimator.band.few", lang) if band.n < 5 else "")
 
 
-def _breakdown(est: memory.MemoryEstimate, lang: str) -> tuple[str, pd.DataFrame]:
-    rows = [[name, gib, what] for name, gib, what in memory.breakdown_rows(est, lang) if gib > 0]
-    segments = [(term_name(term, lang), est.breakdown_gib[term], i) for i, term in enumerate(memory.TERMS) if est.breakdown_gib.get(term, 0) > 0]
+def cpu_total_gib(est: memory.MemoryEstimate, cpu: HardwareTier) -> float:
+    """The whole process on a CPU tier: the estimate's total with the tier's runtime in place of the CUDA context."""
+    return est.total_gib - est.breakdown_gib.get(CUDA_CONTEXT, 0.0) + cpu.cuda_context_gib
+
+
+def cpu_terms(est: memory.MemoryEstimate, cpu: HardwareTier) -> memory.MemoryEstimate:
+    """The estimate as a CPU tier sees it: the "CUDA context" term holds the tier's Python runtime (hardware.yaml), and
+    the whole process's total counts that instead."""
+    return dataclasses.replace(est, breakdown_gib={**est.breakdown_gib, CUDA_CONTEXT: cpu.cuda_context_gib}, total_gib=cpu_total_gib(est, cpu))
+
+
+def cpu_tier(name: str | None) -> HardwareTier | None:
+    """The hardware tier `name` when it is a CPU tier; None for a GPU card or an unknown name."""
+    return next((c for c in memory.hardware_tiers() if c.name == name and c.kind == "cpu"), None)
+
+
+def _term_texts(term: str, lang: str, cpu: bool) -> tuple[str, str]:
+    """(name, what it is) of a memory term; on a CPU tier the terms that name GPU things are said in CPU words."""
+    if cpu and term in CPU_TERMS:
+        return t(f"estimator_cpu.{CPU_TERMS[term]}.name", lang), t(f"estimator_cpu.{CPU_TERMS[term]}.what", lang)
+    return term_name(term, lang), term_what(term, lang)
+
+
+def _breakdown(est: memory.MemoryEstimate, lang: str, cpu: bool = False) -> tuple[str, pd.DataFrame]:
+    texts = {term: _term_texts(term, lang, cpu) for term in memory.TERMS}
+    rows = [[texts[term][0], est.breakdown_gib.get(term, 0.0), texts[term][1]] for term in memory.TERMS]
+    rows = [r for r in rows if round(r[1], 3) > 0]  # as memory.breakdown_rows rounds them
+    segments = [(texts[term][0], est.breakdown_gib[term], i) for i, term in enumerate(memory.TERMS) if est.breakdown_gib.get(term, 0) > 0]
     rows = [[r[0], _gib(r[1], lang), r[2]] for r in rows]
     rows += [[f"↳ {render(name, lang)}", _gib(gib, lang), t("estimator.breakdown.inside", lang)] for name, gib in memory.detail_rows(est)]
     if est.pageable_gib > 0:  # the total split by where it can live: the verdict uses the resident part
@@ -196,10 +236,12 @@ def estimate_outputs(q: MemoryQuery, tier: str, lang: str = "en") -> Panel:
     """Everything the panel shows for the query on the card `tier`, in `lang`. Raises EngineError when the query
     cannot be estimated; a card-specific failure becomes the limits text."""
     est = memory.estimate(q)
-    chart, breakdown = _breakdown(est, lang)
+    cpu = cpu_tier(tier)  # a CPU tier: CPU words
+    shown = cpu_terms(est, cpu) if cpu is not None else est
+    chart, breakdown = _breakdown(shown, lang, cpu is not None)
     bars, tiers = _cards(q, est, tier, lang)
     limits, fit = limits_and_fit(q, tier, lang)
-    return Panel(totals_md(q, est, lang, tier), chart, breakdown, tiers, limits, fit, bars)
+    return Panel(totals_md(q, shown, lang, tier), chart, breakdown, tiers, limits, fit, bars)
 
 
 def estimate_or_warning(query: Callable[[], MemoryQuery], tier: str, runs_dir: Path | None = None, shared: bool = False,

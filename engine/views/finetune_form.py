@@ -17,6 +17,7 @@ from ..estimator.handoff import check_ui_train_config
 from ..fields import from_flat
 from ..i18n import fmt_number, t
 from ..runs import config_yaml
+from .offline import hub_id_of, needs_internet_now, offline_note
 from .uploads import keep_upload
 
 # The form's sections, in the order of its inputs (main fields, then the Training, LoRA, Run and Data accordions): the
@@ -114,9 +115,27 @@ def prediction_or_warning(config: Callable[[], TrainConfig], runs_dir: Path | No
     """memory_prediction's text for the config that config() makes; an engine error (making the config or predicting)
     as a warning line instead, in `lang`: the prediction updates as the form changes and never raises."""
     try:
-        return memory_prediction(config(), runs_dir, lang)[0]
+        cfg = config()
+        text = memory_prediction(cfg, runs_dir, lang)[0]
     except EngineError as exc:
         return f"⚠ {exc.render(lang)}"
+    notes = [offline_note(ref, lang) for ref in models_to_download(cfg)]  # offline: said before Start, with the alternative
+    return "\n\n".join([*filter(None, notes), text])
+
+
+def models_to_download(cfg: TrainConfig) -> list[str]:
+    """The models a run of `cfg` loads that may come from the Hub: the base, and the teacher when distilling."""
+    return [cfg.base_model] + ([cfg.teacher_model] if cfg.method == "distill" and cfg.teacher_model else [])
+
+
+def check_reachable(cfg: TrainConfig) -> None:
+    """Before a run starts: a keyed ModelLoadError at once when a model it needs would be downloaded and this app has no
+    internet (instead of a failed run half a minute later, after the Hub's retries)."""
+    from ..models.hub_access import check_hub_model
+
+    for ref in models_to_download(cfg):
+        if needs_internet_now(ref):
+            check_hub_model(hub_id_of(ref) or ref)
 
 
 def reproduce_command(cfg: TrainConfig, lang: str = "en") -> str:

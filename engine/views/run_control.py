@@ -56,11 +56,13 @@ def stop_or_kill(jobs: JobManager, name: str) -> str:
 
 
 def resume_run(jobs: JobManager, name: str | None, owner: str | None, lang: str = "en") -> str:
-    """Resume the run from its last complete checkpoint; the message to show."""
+    """Resume the run from its last complete checkpoint (or, with none, start it again with its settings); the message
+    to show says which."""
     name = _require(name, "pick_resume")
     jobs.check_control(name, owner, "resume")
+    from_checkpoint = jobs.status(name).resumable  # read before the relaunch writes its first events
     jobs.resume(name)
-    return t("finetune.control.resuming", lang, name=name)
+    return t("finetune.control.resuming" if from_checkpoint else "run_restart.resuming", lang, name=name)
 
 
 def auto_resume(jobs: JobManager) -> str | None:

@@ -95,6 +95,8 @@ def run_details_md(s: RunSummary, lang: str = "en") -> str:
         rows.append((t("finetune.details.took", lang), fmt_duration(s.duration_s)))
     if s.resumable:
         rows.append((t("finetune.details.resumable", lang), t("finetune.details.yes", lang)))
+    elif s.restartable:
+        rows.append((t("finetune.details.resumable", lang), t("run_restart.details", lang)))
     head = f"**{s.name}** · {STATE_ICONS.get(s.state, '')} {state_text(s.state, lang)}"
     mem = memory_text(s, lang)  # a sentence of its own ("Memory: predicted ... measured ...")
     return head + "\n\n" + "\n".join(f"- {k}: {v}" for k, v in rows) + (f"\n- {mem}" if mem else "")

@@ -5,6 +5,7 @@ run_charts.py, run_log.py and run_history.py)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from ..runs import log_tail, read_events
 from .run_charts import loss_plot_frame, task_html
 from .run_history import STATE_ICONS, history_table, memory_text, run_details_md, state_text
 from .run_log import fmt_duration, fmt_loss, log_text, phase_text, when_text
+from .run_suggest import shorter_run_md
 
 if TYPE_CHECKING:
     from ..runs import RunSummary
@@ -59,7 +61,7 @@ def interrupted_run(jobs: JobManager) -> RunSummary | None:
     laptop, a crash of the machine) and that can be resumed; None when there is none or a job is running now."""
     if jobs.active():
         return None
-    return next((s for s in jobs.list_runs() if s.state == "killed" and s.resumable), None)
+    return next((s for s in jobs.list_runs() if s.state == "killed" and (s.resumable or s.restartable)), None)
 
 
 def resume_offer(jobs: JobManager, lang: str = "en") -> tuple[str | None, str]:
@@ -106,7 +108,7 @@ def run_buttons(jobs: JobManager, name: str | None) -> tuple[bool, bool, bool, b
         s = jobs.status(name)
     except EngineError:
         return False, False, False, False
-    return can_try(s), s.resumable, s.state == "failed" and s.error_kind == "oom", s.state != "running"
+    return can_try(s), s.resumable or s.restartable, s.state == "failed" and s.error_kind == "oom", s.state != "running"
 
 
 def watched_outputs(jobs: JobManager, name: str | None, lang: str = "en", *, log_scale: bool = False,
@@ -122,7 +124,8 @@ def watched_outputs(jobs: JobManager, name: str | None, lang: str = "en", *, log
     merge = merge_status_md(jobs, name, lang)
     events = read_events(s.path)
     runs_dir = s.path.parent
-    return WatchedRun(status=status_md(s, lang) + (f"\n\n{merge}" if merge else ""), progress=progress_html(s, s.last_progress, lang),
+    hint = shorter_run_md(s, lang)  # a slow machine: shorter first-run settings, with their time here and accuracy
+    return WatchedRun(status=status_md(s, lang) + (f"\n\n{hint}" if hint else "") + (f"\n\n{merge}" if merge else ""), progress=progress_html(s, s.last_progress, lang),
                       plot=loss_plot_frame(loss_frame(s.losses), log_scale=log_scale, smoothing=smoothing, lang=lang),
                       task=task_html(events, lang), log=log_text(events, lang, scrub=lambda text: scrub_paths(text, runs_dir)),
                       raw_log=scrub_paths(log_tail(s.path, 40), runs_dir), history=history_table(jobs, lang), details=run_details_md(s, lang),
@@ -179,26 +182,71 @@ def status_md(s: RunSummary, lang: str = "en") -> str:
             lines.append(t("finetune.status.nan", lang))
     if s.resumable:
         lines.append(t("finetune.status.resumable", lang))
+    elif s.restartable:  # no checkpoint (it failed while loading, or stopped before its first save): nothing to resume from
+        lines.append(t("run_restart.status", lang))
     return "\n\n".join(lines)
 
 
-def progress_html(s: RunSummary, last: dict | None, lang: str = "en") -> str:
-    """A progress bar with the step, tokens/s and time left from the last progress event (the built-in base's
-    pretraining first, if it is running)."""
+def progress_html(s: RunSummary, last: dict | None, lang: str = "en", now: float | None = None) -> str:
+    """A progress bar for the phase the run is in, with what is known of it: training (step, tokens/s, time left, the
+    date task's measurement after training included), the date task's measurements (answers so far and their own time
+    left), and the phases that report no fraction (loading, tokenizing, saving: how long so far). The built-in base's
+    pretraining first, if it is running. now: the clock (tests)."""
     step, total, label = s.step, s.max_steps, ""
-    if s.state == "running" and s.base_progress and not s.max_steps:  # still pretraining the built-in base
+    running = s.state == "running"
+    if running and s.base_progress and not s.max_steps:  # still pretraining the built-in base
         step, total, label = s.base_progress.get("step", 0), s.base_progress.get("max_steps", 0), t("finetune.progress.pretraining", lang) + " · "
         last = s.base_progress
+    elif running and s.phase and s.phase != "training":
+        return _bar(*phase_parts(s, lang, time.time() if now is None else now))
     pct = 100.0 if s.state == "finished" else (100.0 * step / total if total else 0.0)
     parts = [f"{fmt_number(round(pct), lang)}%"]
     if total:
         parts.append(t("finetune.progress.step", lang, step=fmt_number(step, lang), total=fmt_number(total, lang)))
-    if last and s.state == "running":
+    if last and running:
         parts.append(t("finetune.log.speed", lang, speed=fmt_number(round(last.get("tokens_per_s") or 0), lang)))
         if last.get("eta_s") is not None:
-            parts.append(t("finetune.progress.eta", lang, left=fmt_duration(last["eta_s"])))
+            after = measuring_after_s(s) if not label else None
+            parts.append(t("run_progress.eta_with_measuring", lang, left=fmt_duration(last["eta_s"] + after)) if after else
+                         t("finetune.progress.eta", lang, left=fmt_duration(last["eta_s"])))
+    elif running and s.phase == "training" and s.phase_since:  # the first steps: no speed measured yet
+        parts.append(t("run_progress.so_far", lang, took=fmt_duration((time.time() if now is None else now) - s.phase_since)))
+    return _bar(pct, label + " · ".join(parts))
+
+
+def measuring_after_s(s: RunSummary) -> float | None:
+    """How long the date task's measurement after training may take: at most about as long as the one before (the same
+    100 prompts; a trained model stops its answers sooner: 3 s after vs 9 s before in a first run measured on a 2-core
+    CPU), so the time left is an upper bound that never reads 0 s while work remains; None when the run measures none
+    after training (or has not measured before)."""
+    if "after" in s.task_scores or "before" not in s.task_seconds:
+        return None
+    return float(s.task_seconds["before"])
+
+
+def phase_parts(s: RunSummary, lang: str, now: float) -> tuple[float, str]:
+    """(percent, text) of a phase other than training: its name, then its own progress and time left when it reports
+    them (the date task: answers so far), else how long it has taken so far; the bar then shows the training's share
+    done (0% before it, 100% after it)."""
+    name = phase_text(scrub_paths(s.phase, s.path.parent), lang)
+    prog = s.phase_progress
+    if prog and prog.get("total"):
+        done, total = int(prog.get("done") or 0), int(prog["total"])
+        pct = 100.0 * done / total
+        parts = [name, f"{fmt_number(round(pct), lang)}%", t("run_progress.answers", lang, done=fmt_number(done, lang), total=fmt_number(total, lang))]
+        if prog.get("eta_s") is not None:
+            parts.append(t("finetune.progress.eta", lang, left=fmt_duration(prog["eta_s"])))
+        return pct, " · ".join(parts)
+    pct = 100.0 * s.step / s.max_steps if s.max_steps else 0.0
+    parts = [name, f"{fmt_number(round(pct), lang)}%"]
+    if s.phase_since:
+        parts.append(t("run_progress.so_far", lang, took=fmt_duration(max(0.0, now - s.phase_since))))
+    return pct, " · ".join(parts)
+
+
+def _bar(pct: float, text: str) -> str:
     return (f"<div style='width:100%;background:#eee;border-radius:6px'><div style='width:{pct:.1f}%;background:#4f8ef7;height:14px;"
-            f"border-radius:6px'></div></div><small>{label}{' · '.join(parts)}</small>")
+            f"border-radius:6px'></div></div><small>{text}</small>")
 
 
 def loss_frame(losses: list[dict[str, Any]]) -> pd.DataFrame:

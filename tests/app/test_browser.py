@@ -45,7 +45,8 @@ def test_estimator_shows_breakdown_and_verdicts(page):
     from engine.estimator.catalog import hardware_tiers
 
     # opens on a real instruct model, with a bar and a verdict in words for every card
-    assert page.locator("#estimator-model input").input_value() == "Qwen/Qwen2.5-1.5B-Instruct"
+    # (the tests run offline: the Hub model is marked as needing the internet, engine/views/offline.py)
+    assert page.locator("#estimator-model input").input_value().startswith("Qwen/Qwen2.5-1.5B-Instruct")
     bars = page.locator("#estimator-bars")
     bars.get_by_text("NVIDIA T4 · 16 GB").first.wait_for(timeout=30_000)
     assert bars.locator('[role="img"]').count() == len(hardware_tiers())

@@ -132,8 +132,10 @@ class OracleModel(torch.nn.Module):
 def test_evaluate_task_with_an_oracle(tokenizer):
     model = OracleModel(tokenizer)
     model.train()
-    score = evaluate_task(model, tokenizer, date_items("test", 21), batch_size=8)
+    seen = []
+    score = evaluate_task(model, tokenizer, date_items("test", 21), batch_size=8, on_progress=lambda done, total: seen.append((done, total)))
     assert (score.accuracy, score.n, score.correct) == (1.0, 21, 21)
+    assert seen == [(8, 21), (16, 21), (21, 21)]  # its own progress, batch by batch (the run's progress bar shows it)
     assert [c["shape"][0] for c in model.calls] == [8, 8, 5]
     assert any((c["mask"] == 0).any() for c in model.calls)  # prompts of different lengths got padded
     assert model.calls[0]["do_sample"] is False

@@ -97,7 +97,8 @@ def test_a_queued_run_can_leave_the_line(tmp_path, fake_python):
     first = jobs.start(_cfg("first"))
     second = jobs.start(_cfg("second"))
     s = jobs.stop(second)
-    assert s.state == "stopped" and s.resumable and waiting.entry(runs / second) is None
+    # it never trained: no checkpoint, so Resume starts it again (restartable), and it is off the line
+    assert s.state == "stopped" and s.restartable and not s.resumable and waiting.entry(runs / second) is None
     jobs.delete(second)
     _release(runs, first)
     _wait(lambda: jobs.status(first).state == "finished", 20, "the first run")

@@ -32,6 +32,11 @@ def test_method_trains_and_generates(method, runs_dir):
         assert key in progress[-1], key
     scores = {e["when"]: e["accuracy"] for e in events if e["type"] == "task_score"}
     assert set(scores) == {"before", "after"}
+    # the measurements report their own progress (answers so far, time left) and how long they took
+    measured = [e for e in events if e["type"] == "task_progress"]
+    assert {e["when"] for e in measured} == {"before", "after"} and measured[-1]["done"] == measured[-1]["total"] == 100
+    assert all(e["eta_s"] is not None for e in measured)
+    assert all(e["seconds"] >= 0 for e in events if e["type"] == "task_score")
     assert (run_dir / "config.yaml").exists() and "checkpoint-2" in {p.name for p in run_dir.iterdir()}
     loaded = load_model(f"run:{cfg.run_name}", runs_dir=runs_dir)
     text = generate_text(loaded, "Converta a data 05/09/2023 para o formato ISO (AAAA-MM-DD).", GenerationSettings(max_new_tokens=8, do_sample=False))

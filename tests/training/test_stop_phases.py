@@ -59,4 +59,4 @@ def test_the_cli_records_a_stop_before_training_as_stopped_and_resumable(tmp_pat
     (tmp_path / "r" / "config.yaml").write_text("method: lora\nbase_model: builtin:compact-mini\ndataset: builtin:dates\n")
     assert main(["train", "--config", str(tmp_path / "r" / "config.yaml"), "--run-dir", str(tmp_path / "r")]) in (0, None)
     summary = JobManager(tmp_path).status("r")
-    assert summary.state == "stopped" and summary.resumable
+    assert summary.state == "stopped" and summary.restartable and not summary.resumable  # no checkpoint: starts again

@@ -64,7 +64,7 @@ def test_totals_carry_the_band_and_the_breakdown_the_named_components():
 
 
 def test_the_panel_opens_on_a_real_instruct_model_with_checkpointing():
-    assert estimate_view.DEFAULT_MODEL in estimate_view.model_choices()
+    assert estimate_view.DEFAULT_MODEL in [value for _label, value in estimate_view.model_choices()]
     assert "instruct" in estimate_view.DEFAULT_MODEL.lower() and not estimate_view.DEFAULT_MODEL.startswith("builtin:")
     assert estimate_view.FORM_DEFAULTS["grad_ckpt"] is True
     q = MemoryQuery(model=estimate_view.DEFAULT_MODEL, **estimate_view.FORM_DEFAULTS)
@@ -185,3 +185,18 @@ def test_the_run_memory_line_says_which_figure_is_the_model_and_which_the_proces
     assert "**0.10 GiB** for the model's training" in line and "**0.73 GiB** for the whole process" in line
     assert "processo inteiro" in estimate_view.memory_status_line(0.1, 0.73, "cpu", "pt-BR") and "0,73" in estimate_view.memory_status_line(0.1, 0.73, "cpu", "pt-BR")
     assert "PyTorch's peak on the GPU" in estimate_view.memory_status_line(3.1, 3.3, "cuda")
+
+
+def test_a_cpu_tier_is_said_in_cpu_words():
+    """No "CUDA context" (nor nvidia-smi) on a CPU tier: the Python runtime of the tier, in both languages; a GPU tier
+    keeps the CUDA terms."""
+    q = MemoryQuery(model="builtin:compact-mini", task="full")
+    for lang, runtime in (("en", "Python runtime"), ("pt-BR", "runtime do Python")):
+        cpu = estimate_outputs(q, "cpu-16gb", lang)
+        text = cpu.totals + cpu.chart + cpu.breakdown.to_string()
+        assert "CUDA" not in text and "nvidia-smi" not in text and runtime in text
+    cpu = estimate_outputs(q, "cpu-16gb")
+    row = cpu.breakdown[cpu.breakdown.iloc[:, 0] == "Python runtime"]
+    assert row.iloc[0, 1] == "0.80"  # the tier's runtime (presets/hardware.yaml)
+    gpu = estimate_outputs(q, "t4-16gb")
+    assert "CUDA context" in gpu.breakdown.to_string() and "nvidia-smi" in gpu.totals

@@ -44,7 +44,9 @@ class FakeJobs:
         self.calls.append(("delete", name))
 
     def status(self, name):
-        return SimpleNamespace(state="running")
+        return SimpleNamespace(state="running", resumable=self.checkpoint)
+
+    checkpoint = True  # the run has a complete checkpoint (resume_run says "resuming" rather than "starting again")
 
 
 @pytest.mark.parametrize(("action", "message"), [(stop_run, "No run selected."), (resume_run, "Pick a run to resume."),
@@ -59,6 +61,10 @@ def test_actions_check_the_owner_first_and_say_what_happened():
     assert stop_run(jobs, "r", "key").startswith("Asked 'r' to stop")
     assert jobs.calls[:2] == [("check", "r", "key", "stop"), ("stop", "r", False)]  # then a background stop_or_kill
     assert resume_run(jobs, "r", "key") == "Resuming 'r' from its last complete checkpoint."
+    jobs.checkpoint = False  # failed while loading: no checkpoint, Resume starts it again and says so
+    assert resume_run(jobs, "r", "key") == "Starting 'r' again from the beginning (it had saved no checkpoint)."
+    assert resume_run(jobs, "r", "key", "pt-BR").startswith("Começando 'r' de novo do início")
+    jobs.checkpoint = True
     new, text = retry_run(jobs, "r", "key")
     assert new == "r-retry" and text.startswith("Started 'r-retry' with half the micro batch")
     delete_run(jobs, "r", "key")

@@ -90,7 +90,8 @@ def test_the_picked_runs_buttons_are_the_ones_that_apply(tmp_path):
             "going": _run(path=tmp_path, state="running"),
             "stopped": _run(path=tmp_path, state="stopped", resumable=True),
             "oom": _run(path=tmp_path, state="failed", error_kind="oom", resumable=True),
-            "nan": _run(path=tmp_path, state="failed", error_kind="nan", resumable=True)}
+            "nan": _run(path=tmp_path, state="failed", error_kind="nan", resumable=True),
+            "no-ckpt": _run(path=tmp_path, state="failed", error_kind="engine", restartable=True)}
 
     def status(name):
         if name not in runs:
@@ -104,6 +105,7 @@ def test_the_picked_runs_buttons_are_the_ones_that_apply(tmp_path):
     assert run_buttons(jobs, "stopped") == (False, True, False, True)
     assert run_buttons(jobs, "oom") == (False, True, True, True)
     assert run_buttons(jobs, "nan") == (False, True, False, True)  # a smaller batch does not help a diverged loss
+    assert run_buttons(jobs, "no-ckpt") == (False, True, False, True)  # Resume starts it again (the status says so)
     assert run_buttons(jobs, None) == run_buttons(jobs, "gone") == (False, False, False, False)
 
 
@@ -166,3 +168,59 @@ def test_the_loss_plot_shows_the_built_in_bases_pretraining_while_it_runs(tmp_pa
     points = w.plot[w.plot["kind"] == "pretraining"]
     assert list(points["step"]) == [10, 20] and list(points["loss"]) == [7.5, 6.25]
     assert set(w.plot["kind"]) == {"pretraining"}  # not mistaken for the run's own train or eval curve
+
+
+def test_a_run_without_a_checkpoint_never_says_it_can_be_resumed():
+    """A run that failed while loading has no checkpoint: the page says Resume starts it again, in both languages."""
+    failed = _run(state="failed", error="Could not load the model", error_kind="engine", restartable=True)
+    for lang in ("en", "pt-BR"):
+        text = status_md(failed, lang)
+        assert "(Resume)" not in text and "checkpoint (Retomar)" not in text
+    assert "nothing to resume from" in status_md(failed) and "start" in status_md(failed)
+    assert "Retomar** começa de novo" in status_md(failed, "pt-BR")
+    with_ckpt = status_md(_run(state="failed", error="x", error_kind="engine", resumable=True))
+    assert "resumed from its last checkpoint (Resume)" in with_ckpt and "nothing to resume from" not in with_ckpt
+
+
+def test_progress_and_time_left_through_every_phase():
+    """Loading, measuring the date task before training, training, measuring after, saving: each shows its name, a
+    percent, and its time left when it can know it (the measurement reports its answers as events), never "0 s left" for
+    a phase that is still going."""
+    t0 = 1_000.0
+    loading = progress_html(_run(phase="loading builtin:compact-mini", phase_since=t0, max_steps=500), None, now=t0 + 12)
+    assert "loading builtin:compact-mini · 0% · for 12 s so far" in loading and "left" not in loading
+    measuring = _run(phase="scoring the date task (before)", phase_since=t0, max_steps=500,
+                     phase_progress={"when": "before", "done": 32, "total": 100, "eta_s": 68})
+    html = progress_html(measuring, None, now=t0 + 30)
+    assert "width:32.0%" in html and "scoring the date task (before) · 32% · 32/100 answers · about 1 min 08 s left" in html
+    pt = progress_html(measuring, None, "pt-BR", now=t0 + 30)
+    assert "32/100 respostas" in pt and "faltam cerca de 1 min 08 s" in pt and "medindo a tarefa das datas (antes)" in pt
+    # the first steps, before any speed is known: how long so far rather than nothing
+    first = progress_html(_run(phase="training", phase_since=t0, max_steps=500), None, now=t0 + 5)
+    assert "0% · step 0/500 · for 5 s so far" in first
+    # training: the time left includes the measurement after training (as long as the one before took)
+    training = _run(phase="training", step=400, max_steps=500, task_seconds={"before": 60.0}, task_scores={"before": 0.0})
+    html = progress_html(training, {"tokens_per_s": 900, "eta_s": 0}, now=t0)
+    assert "about 1 min 00 s left (the date task's measurement after training included)" in html and "about 0 s left" not in html
+    after = _run(phase="scoring the date task (after)", step=500, max_steps=500, phase_since=t0,
+                 phase_progress={"when": "after", "done": 96, "total": 100, "eta_s": 2})
+    assert "96/100 answers · about 2 s left" in progress_html(after, {"eta_s": 0}, now=t0 + 50)
+    saving = progress_html(_run(phase="saving", step=500, max_steps=500, phase_since=t0), {"eta_s": 0}, now=t0 + 3)
+    assert "saving · 100% · for 3 s so far" in saving and "0 s left" not in saving
+
+
+def test_the_measurement_events_fold_into_the_run_summary(tmp_path):
+    from engine.config import TrainConfig
+    from engine.runs import EventLog, save_config, summarize
+
+    save_config(tmp_path, TrainConfig())
+    log = EventLog(tmp_path / "events.jsonl")
+    log.write("start")
+    log.write("phase", phase="scoring the date task (before)")
+    log.write("task_progress", when="before", done=16, total=100, elapsed_s=10.0, eta_s=52.5)
+    s = summarize(tmp_path, alive=True)
+    assert s.phase_progress["done"] == 16 and s.phase_since is not None
+    log.write("task_score", when="before", accuracy=0.0, n=100, seconds=61.0)
+    log.write("phase", phase="training")
+    s = summarize(tmp_path, alive=True)
+    assert s.phase_progress is None and s.task_seconds == {"before": 61.0}
