@@ -23,11 +23,14 @@ class EngineError(Exception):
 
     def __init__(self, message: str = "", *, key: str | None = None, **params: Any) -> None:
         self.key, self.params = key, params
-        super().__init__(message or (i18n.t(key, i18n.cli_lang(), **params) if key else ""))
+        super().__init__(message or (self.render(i18n.cli_lang()) if key else ""))
 
     def render(self, lang: str) -> str:
-        """The message in `lang` ("en" or "pt-BR")."""
-        return i18n.t(self.key, lang, **self.params) if self.key else str(self)
+        """The message in `lang` ("en" or "pt-BR"); numbers and lists among the parameters written for people there
+        (1,048,576 / 1.048.576)."""
+        if not self.key:
+            return str(self)
+        return i18n.t(self.key, lang, **{k: for_people(v, lang) for k, v in self.params.items()})
 
 
 class ConfigError(EngineError):
@@ -71,13 +74,37 @@ class ConfigError(EngineError):
         name = self.field
         if label and (key := self.label_key()):
             name = i18n.t("message.field_label", lang, label=i18n.t(key, lang), name=self.field)
+        if self.value is None or (isinstance(self.value, str) and not self.value.strip()):
+            # an empty field (or a number gradio could not read, which it hands over as None): what is required, no value
+            return i18n.t("error.config_missing", lang, field=name, allowed=self.allowed_text(lang))
         return i18n.t("message.config_error", lang, field=name, value=for_people(self.value, lang, quote=True), allowed=self.allowed_text(lang))
+
+
+class Phrase:
+    """A language-file text used as a parameter of a keyed message ("line" / "linha"), rendered in the reader's language
+    with the message."""
+
+    def __init__(self, key: str, **params: Any) -> None:
+        self.key, self.params = key, params
+
+    def render(self, lang: str) -> str:
+        return i18n.t(self.key, lang, **{k: for_people(v, lang) for k, v in self.params.items()})
+
+    def __str__(self) -> str:
+        return self.render(i18n.DEFAULT)
 
 
 def for_people(value: Any, lang: str, *, quote: bool = False) -> str:
     """A value as a person reads it in `lang`: numbers grouped and with the language's decimal mark (2,147,483,647 /
-    0,0001; never 2.14748e+09), lists as "a, b, c"; other values as text (`quote`: their repr, 'lots')."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    0,0001; never 2.14748e+09), lists as "a, b, c", true/false and "(empty)" in words; other values as text (`quote`:
+    in quotes, 'lots'). Never a Python spelling (None, True, ['a'])."""
+    if isinstance(value, Phrase):
+        return value.render(lang)
+    if value is None:
+        return i18n.t("error.value.empty", lang)
+    if isinstance(value, bool):
+        return i18n.t(f"error.value.{str(value).lower()}", lang)
+    if isinstance(value, int):
         return i18n.fmt_number(value, lang)
     if isinstance(value, float) and math.isfinite(value):
         if value.is_integer():
@@ -85,9 +112,14 @@ def for_people(value: Any, lang: str, *, quote: bool = False) -> str:
         decimals = len(f"{abs(value):.12f}".rstrip("0").partition(".")[2])
         # smaller than 1e-12 has no readable fixed form; shown as typed
         return i18n.fmt_number(value, lang, digits=decimals) if decimals else repr(value)
-    if isinstance(value, (list, tuple)) and not quote:
-        return ", ".join(for_people(v, lang) for v in value)
-    return repr(value) if quote else str(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ", ".join(for_people(v, lang, quote=quote) for v in value) or i18n.t("error.value.empty", lang)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {for_people(v, lang, quote=quote)}" for k, v in value.items()) or i18n.t("error.value.empty", lang)
+    if isinstance(value, str):
+        text = value if len(value) <= 80 else value[:77] + "..."  # a pasted page is not repeated back in full
+        return f"'{text}'" if quote else text
+    return type(value).__name__ if quote else str(value)  # an object's repr means nothing to a person
 
 
 class DataError(EngineError):

@@ -44,6 +44,16 @@ PLAIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 NAMED_MODEL_REF_RE = re.compile(r"^(builtin|run):[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+# An upload is kept as `<20 hex digits of a keyed hash>-<its own name>` (engine/views/uploads.py keep_upload): the
+# prefix keeps names unguessable and means nothing to the person who uploaded the file.
+UPLOAD_NAME_RE = re.compile(r"^[0-9a-f]{20}-(?=.)")
+
+
+def shown_file_name(path: str | Path) -> str:
+    """The name of a file as its owner knows it: an upload's name without the hash prefix it is kept under."""
+    return UPLOAD_NAME_RE.sub("", Path(path).name)
+
+
 def is_valid_run_name(name: str) -> bool:
     """True when `name` can be a run (or built-in model) folder: RUN_NAME_RE and no ".."."""
     return bool(RUN_NAME_RE.match(name or "")) and ".." not in name

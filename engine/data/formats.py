@@ -29,10 +29,6 @@ from .files import BadRow, display_name, read_rows
 
 Format = Literal["text", "instruction", "prompt_completion", "chat"]
 
-EXPECTED_COLUMNS = (
-    "'text' (plain text); 'instruction' + 'output' (optional 'input'); 'prompt' + 'completion'; "
-    "'messages' (a list of {role, content}) or 'conversations' (a list of {from, value})"
-)
 # format -> alternative sets of columns that identify it, in order of preference when a file has several
 FORMAT_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "chat": (("messages",), ("conversations",)),
@@ -160,7 +156,7 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
     else:
         fmt = _detect_format([row for _, row in rows])
         if fmt is None:
-            raise DataError(no_format_message(name, columns))
+            raise no_format_error(name, columns)
         note = ambiguity_note([row for _, row in rows], fmt)
         notes = [note] if note else []
     normalizer = _NORMALIZERS[fmt]
@@ -174,7 +170,7 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
     dropped.sort()
     if not records:
         reasons = "; ".join(f"{unit} {n}: {why}" for n, why in dropped[:5])
-        raise DataError(f"{name}: none of the {len(raw)} rows can be used as {fmt} data ({reasons}).")
+        raise DataError(key="error.data.no_usable_rows", file=name, n=len(raw), format=fmt, reasons=reasons)
     return RecordSet(records, fmt, source, dropped, kept_rows, unit, columns, notes)
 
 
@@ -331,11 +327,8 @@ def apply_columns(
     """
     missing = [s for s in mapping.values() if s not in found]
     if missing:
-        raise MappedColumnsMissing(
-            f"{name}: the column mapping names {', '.join(map(repr, missing))}, which "
-            f"{'is not a column' if len(missing) == 1 else 'are not columns'} of this data. "
-            f"Columns found: {_listing(found)}."
-        )
+        raise MappedColumnsMissing(key="error.data.mapped_missing_one" if len(missing) == 1 else "error.data.mapped_missing",
+                                   file=name, missing=", ".join(map(repr, missing)), found=_listing(found))
     sources = set(mapping.values())
     out = []
     for number, row in rows:
@@ -348,19 +341,15 @@ def apply_columns(
     sample = [row for _, row in out[:500]]
     if not any(all(k in row for k in keys) for row in sample for keys in FORMAT_KEYS[fmt]):
         need = " or ".join(" + ".join(keys) for keys in FORMAT_KEYS[fmt])
-        raise DataError(
-            f"{name}: the column mapping makes {fmt} data, which needs {need}, but the mapped rows have "
-            f"{_listing(sorted({k for row in sample for k in row}))}. Map the missing target too, e.g. {suggest_mapping(found)!r}."
-        )
+        raise DataError(key="error.data.mapping_incomplete", file=name, format=fmt, need=need,
+                        have=_listing(sorted({k for row in sample for k in row})), example=suggest_mapping(found))
     return out, fmt
 
 
-def no_format_message(name: str, columns: list[str]) -> str:
+def no_format_error(name: str, columns: list[str]) -> DataError:
     """The error when no format is recognized: the columns found and a mapping to type, with their names."""
-    return (
-        f"{name}: no recognizable columns. Found: {_listing(columns) or 'none'}. Expected one of: {EXPECTED_COLUMNS}. "
-        f"Or map your columns in 'Column mapping' (--columns), e.g. {suggest_mapping(columns)!r}."
-    )
+    return DataError(key="error.data.no_format" if columns else "error.data.no_format_none", file=name, found=_listing(columns),
+                     example=suggest_mapping(columns))
 
 
 def ambiguity_note(rows: list[dict[str, Any]], chosen: str) -> str | None:
@@ -398,5 +387,5 @@ def suggest_mapping(columns: list[str]) -> str:
 
 def _listing(columns: list[str]) -> str:
     shown = ", ".join(repr(c) for c in columns[:20])
-    return shown + (f" and {len(columns) - 20} more" if len(columns) > 20 else "")
+    return shown + (f" (+{len(columns) - 20})" if len(columns) > 20 else "")  # no words: shown in either language
 

@@ -113,7 +113,7 @@ def tokenize_records(
     dropped.sort()
     if not examples:
         reasons = "; ".join(f"{recordset.unit} {n}: {why}" for n, why in dropped[:5])
-        raise DataError(f"No usable rows left in {display_name(recordset.source)} after tokenization ({reasons}).")
+        raise DataError(key="error.data.none_after_tokens", file=display_name(recordset.source), reasons=reasons)
     report = _report(examples, dropped, len(recordset.records) + len(recordset.dropped), truncated, max_seq_len)
     report.unit, report.notes = recordset.unit, notes
     return TokenizedData(examples, report, recordset.format)
@@ -311,7 +311,7 @@ def chunk_corpus(
             batch = []
     stream.extend(_encode_texts(batch, tokenizer))
     if not stream:
-        raise DataError("The corpus has no text to train on.")
+        raise DataError(key="error.data.corpus_empty")
     blocks = []
     for start in range(0, len(stream), block_size):
         block = stream[start : start + block_size]
