@@ -140,9 +140,9 @@ def for_people(value: Any, lang: str, *, quote: bool = False) -> str:
     if isinstance(value, Phrase):
         return value.render(lang)
     if value is None:
-        return i18n.t("error.value.empty", lang)
+        return i18n.t("text.value.empty", lang)
     if isinstance(value, bool):
-        return i18n.t(f"error.value.{str(value).lower()}", lang)
+        return i18n.t(f"text.value.{str(value).lower()}", lang)
     if isinstance(value, int):
         return i18n.fmt_number(value, lang)
     if isinstance(value, float) and math.isfinite(value):
@@ -152,9 +152,9 @@ def for_people(value: Any, lang: str, *, quote: bool = False) -> str:
         # smaller than 1e-12 has no readable fixed form; shown as typed
         return i18n.fmt_number(value, lang, digits=decimals) if decimals else repr(value)
     if isinstance(value, (list, tuple, set, frozenset)):
-        return ", ".join(for_people(v, lang, quote=quote) for v in value) or i18n.t("error.value.empty", lang)
+        return ", ".join(for_people(v, lang, quote=quote) for v in value) or i18n.t("text.value.empty", lang)
     if isinstance(value, dict):
-        return ", ".join(f"{k}: {for_people(v, lang, quote=quote)}" for k, v in value.items()) or i18n.t("error.value.empty", lang)
+        return ", ".join(f"{k}: {for_people(v, lang, quote=quote)}" for k, v in value.items()) or i18n.t("text.value.empty", lang)
     if isinstance(value, str):
         text = value if len(value) <= 80 else value[:77] + "..."  # a pasted page is not repeated back in full
         return f"'{text}'" if quote else text

@@ -16,7 +16,7 @@ from engine.estimator import recipes
 from engine.training.jobs import JobManager
 from engine.views import choices, finetune_form, run_view
 from ui.errors import ui_errors
-from ui.language import T, lang_of, tr
+from ui.language import T, info, lang_of, tr, warning
 from ui.session import session_key, uploads_of
 from ui.widgets import make_inputs
 
@@ -96,9 +96,9 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
     def on_start(request: gr.Request, owner_v, upload_path, *vals):
         cfg = config_of(request, upload_path, *vals)
         if finetune_form.memory_prediction(cfg, jobs.runs_dir)[1] == "no":
-            gr.Warning(tr("finetune.msg.will_not_fit"))
+            warning(tr("finetune.msg.will_not_fit"))
         name = jobs.start(cfg, owner=session_key(owner_v, request))
-        gr.Info(tr("finetune.msg.started", name=name))
+        info(tr("finetune.msg.started", name=name))
         return name, gr.update(choices=run_view.run_choices(jobs), value=name)
 
     @ui_errors

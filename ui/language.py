@@ -71,3 +71,19 @@ def language_switch() -> gr.Radio:
                       container=False, elem_id="lang-switch")
     switch.input(None, [switch], [switch], js=LANG_SWITCH_JS)
     return switch
+
+
+# Toasts with their titles in the visitor's language (gradio's own say "Info", "Warning", "Error" in English).
+def info(message: str, request: gr.Request | None = None) -> None:
+    """A notice toast ("Informação" / "Info")."""
+    gr.Info(message, title=i18n.t("text.toast.info", lang_of(request)))
+
+
+def warning(message: str, request: gr.Request | None = None) -> None:
+    """A warning toast ("Atenção" / "Warning"): something the person may want to change, the action goes on."""
+    gr.Warning(message, title=i18n.t("text.toast.warning", lang_of(request)))
+
+
+def error(message: str, request: gr.Request | None = None) -> gr.Error:
+    """The gr.Error to raise ("Erro" / "Error"): the action did not happen."""
+    return gr.Error(message, title=i18n.t("text.toast.error", lang_of(request)))

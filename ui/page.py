@@ -16,7 +16,7 @@ from engine.views.uploads import sweep_uploads
 from ui.errors import ui_errors
 from ui.estimator import build_estimator
 from ui.finetune import build_finetune
-from ui.language import I18N, LANG_HEAD, LANG_NOW_JS, T, lang_of, language_switch, tr
+from ui.language import I18N, LANG_HEAD, LANG_NOW_JS, T, error, info, lang_of, language_switch, tr
 from ui.mcp import mcp_tools
 from ui.playground import build_playground
 from ui.playground_handlers import model_list_updates
@@ -90,7 +90,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         @ui_errors
         def copy_to_finetune(pick_n, *vals):
             values, rank = estimate_view.finetune_values(est["query_of"](vals[0], *vals[2:]), vals[1], pick_n)
-            gr.Info(tr("estimator.copied_with", rank=rank) if rank is not None else tr("estimator.copied"))
+            info(tr("estimator.copied_with", rank=rank) if rank is not None else tr("estimator.copied"))
             return [gr.update(value=values[n]) if n in values else gr.skip() for n in form]
 
         est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], list(form.values()), api_name="copy_to_finetune")
@@ -110,7 +110,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         @ui_errors
         def on_try(run_name: str | None, request: gr.Request) -> list[Any]:
             if not run_name:
-                raise gr.Error(tr("finetune.actions.try_none"))
+                raise error(tr("finetune.actions.try_none"))
             return [*model_list_updates(jobs), *pg["try_it"](run_name, lang_of(request)), gr.Tabs(selected="pg")]
 
         ft["try_btn"].click(on_try, [ft["try_run"]], [*pg["lists"], *pg["try_outputs"], tabs], api_visibility="private")

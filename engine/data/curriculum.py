@@ -76,10 +76,10 @@ def column_keys(cfg: TrainConfig, recordset: RecordSet, rows: Sequence[int]) -> 
     keys = []
     for number in rows:
         if number not in values:
-            raise DataError(key="error.curriculum.no_value", where=where, column=column, row=number, unit=Phrase(f"error.unit.{unit}"))
+            raise DataError(key="error.curriculum.no_value", where=where, column=column, row=number, unit=Phrase(f"text.unit.{unit}"))
         key = _number(values[number])
         if key is None:
-            raise DataError(key="error.curriculum.not_number", where=where, column=column, row=number, unit=Phrase(f"error.unit.{unit}"),
+            raise DataError(key="error.curriculum.not_number", where=where, column=column, row=number, unit=Phrase(f"text.unit.{unit}"),
                             value=str(values[number])[:80])
         keys.append(key)
     return keys

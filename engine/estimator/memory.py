@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import i18n
 from ..config import MemoryQuery
 from ..errors import ConfigError, EngineError
 from ..fields import from_dict
@@ -721,6 +722,19 @@ def make_it_fit(query: MemoryQuery, tier_name: str) -> list[Suggestion]:
     return [dataclasses.replace(s, rank=i + 1) for i, s in enumerate(out)]
 
 
+def change_msg(name: str, value: Any) -> Msg:
+    """One change of a suggestion in words ("Optimizer: adamw-8bit", "Task: QLoRA", "Double quant: on"), never
+    `task=qlora`: the field's label and the value's name where the language files have them."""
+    if isinstance(value, bool):
+        shown: Any = Msg(f"text.value.{str(value).lower()}")
+    elif f"text.choice.MemoryQuery.{name}.{value}" in i18n.strings(i18n.DEFAULT):
+        shown = Msg(f"text.choice.MemoryQuery.{name}.{value}")
+    else:
+        shown = value
+    label = f"field.MemoryQuery.{name}.label"
+    return Msg("text.fit_change", field=Msg(label) if label in i18n.strings(i18n.DEFAULT) else name, value=shown)
+
+
 def _combination(query: MemoryQuery, arch: Arch, tier: HardwareTier) -> tuple[int, float, Suggestion] | None:
     """Greedy: apply the cheapest change that still helps until the job fits; shorten the sequence last."""
     q, combo, keys = query, {}, []
@@ -755,6 +769,6 @@ def _combination(query: MemoryQuery, arch: Arch, tier: HardwareTier) -> tuple[in
     if not keys:
         return None
     need, paged = need_gib(q, tier)
-    desc = Msg("estimator.fit.together", changes=", ".join(f"{k}={v}" for k, v in combo.items()))
+    desc = Msg("estimator.fit.together", changes=[change_msg(k, v) for k, v in combo.items()])
     cost = Msg("estimator.fit.costs", costs=list(dict.fromkeys(_COSTS[k][1] for k in keys)))
     return max(_COSTS[k][0] for k in keys), need + paged, Suggestion(desc, combo, round(need, 3), cost, 0, tier_verdict(q, tier))

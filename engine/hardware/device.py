@@ -41,6 +41,7 @@ import torch
 import yaml
 
 from ..errors import ConfigError
+from ..i18n import t
 
 DeviceKind = Literal["cuda", "cpu"]
 
@@ -194,21 +195,21 @@ def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str =
     return _DTYPES[choice]
 
 
-def precision_reason(device: DeviceInfo | None = None, model_type: str | None = None) -> str:
+def precision_reason(device: DeviceInfo | None = None, model_type: str | None = None, lang: str = "en") -> str:
     """One line saying what `auto` computes in on `device` (for a model whose config.json says `model_type`) and
-    why, for the fine-tune form and the logs; it follows `resolve_dtype`."""
+    why, in `lang`, for the fine-tune form and the logs; it follows `resolve_dtype`."""
     device = device or detect_device()
     if device.kind == "cuda":
         cap = ".".join(map(str, device.capability or ()))
         if device.bf16:
-            return f"auto picks bf16: {device.name} (compute capability {cap}) has bf16 units"
+            return t("text.precision.cuda_bf16", lang, gpu=device.name, cap=cap)
         rule = fp16_rule(model_type)
         if rule is not None:
-            return f"auto picks fp32: {rule.name} overflows in fp16 and {device.name} (compute capability {cap}) has no bf16"
-        return f"auto picks fp16 mixed precision: {device.name} (compute capability {cap}) has no bf16"
+            return t("text.precision.cuda_fp32", lang, gpu=device.name, cap=cap, family=rule.name)
+        return t("text.precision.cuda_fp16", lang, gpu=device.name, cap=cap)
     from .cpu_bf16 import bf16_reason
 
-    return bf16_reason(device.name)
+    return bf16_reason(device.name, lang)
 
 
 def master_dtype(method: str, dtype: torch.dtype, device: DeviceInfo) -> torch.dtype:
