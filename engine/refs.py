@@ -82,10 +82,7 @@ def run_ref_dir(name: str, runs_dir: Path) -> Path:
     """The folder of the run named by a run:NAME model reference; `ModelLoadError` for a name that could
     escape the runs directory."""
     if not is_valid_run_name(name):
-        raise ModelLoadError(
-            f"Run name {name!r} is not valid: a run is named by its folder inside the runs directory "
-            "(letters, digits, '-', '_' and '.'; no path separators or '..')."
-        )
+        raise ModelLoadError(key="error.model.run_name", name=name)
     return runs_dir / name
 
 
