@@ -134,14 +134,14 @@ def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path, *,
         try:
             check_ui_model_ref(cfg.teacher_model, runs_dir, allow_local=allow_local_models)
         except ConfigError as exc:
-            raise ConfigError("teacher_model", cfg.teacher_model, exc.allowed) from None
+            raise exc.renamed("teacher_model", "TrainConfig") from None
     for name in ("dataset", "eval_dataset"):
         ref = getattr(cfg, name)
         if not ref or ref.startswith(("builtin:", "hub:")):  # hub:owner/name is checked by TrainConfig
             continue
         path = Path(ref).resolve()
         if not path.is_relative_to(Path(upload_dir).resolve()):
-            raise ConfigError(name, ref, "a built-in dataset, hub:owner/name or a file uploaded through the form")
+            raise ConfigError(name, ref, allowed_key="error.allowed.uploaded_dataset", owner="TrainConfig")
 
 
 def check_ui_estimator_model(ref: str, upload_dir: Path) -> str:
