@@ -3,6 +3,7 @@ and the Português | English switch (presets/lang/*.yaml hold the words)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import gradio as gr
@@ -29,8 +30,23 @@ LANG_HEAD = r"""<script>
     if (url) { try { (await import(url)).changeLocale(lang); } catch (e) {} }
   };
   if (l) window.labSetLocale(l);  // gradio runs this head before it mounts the page: labels come in the chosen language
+  // gradio 6's toasts title themselves with their type ("Error", "Info", "Warning"), whatever title= the server sent:
+  // those words are put in the page's language here, as the toasts appear.
+  const titles = @TOAST_TITLES@[eff] || {};
+  let queued = false;
+  const retitle = () => {
+    queued = false;
+    for (const el of document.querySelectorAll(".toast-title")) {
+      const text = el.firstChild;
+      if (text && text.nodeType === 3 && titles[text.data.trim()]) text.data = titles[text.data.trim()] + " ";
+    }
+  };
+  new MutationObserver(() => { if (!queued) { queued = true; requestAnimationFrame(retitle); } })
+    .observe(document.documentElement, {childList: true, subtree: true});
 })();
-</script>""".replace("@COOKIE@", i18n.COOKIE)
+</script>""".replace("@COOKIE@", i18n.COOKIE).replace("@TOAST_TITLES@", json.dumps(
+    {lang: {kind.capitalize(): i18n.t(f"text.toast.{kind}", lang) for kind in ("error", "info", "warning", "success")} for lang in i18n.LANGS},
+    ensure_ascii=False))
 
 
 LANG_SWITCH_JS = """(l) => {

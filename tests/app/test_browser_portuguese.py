@@ -82,11 +82,11 @@ def english_on(page) -> list[str]:
     return bad
 
 
-def toast(page, contains: str) -> tuple[str, str]:
-    """The (title, text) of the toast that says `contains`, once it shows."""
+def toast(page, contains: str) -> list[str]:
+    """The lines of the toast that says `contains` (its title, then its message), once it shows."""
     item = page.locator(".toast-body").filter(has_text=contains).first
     item.wait_for(timeout=90_000)
-    return item.locator(".toast-title").inner_text().strip(), item.locator(".toast-text").inner_text().strip()
+    return [line.strip() for line in item.inner_text().splitlines() if line.strip() and line.strip() != "×"]
 
 
 def close_toasts(page) -> None:
@@ -131,12 +131,16 @@ def test_the_fragments_are_english_only():
 
 def test_estimator_in_portuguese(page):
     page.locator("#est-panel-button").click()
-    tier = page.locator("#estimator-tier input")
-    tier.click()
-    page.get_by_role("option", name=re.compile(r"\b4 GB\b")).first.click()  # a small card: the job does not fit, make-it-fit offers changes
+    # full fine-tuning on a 4 GB card does not fit: make-it-fit offers changes (one of them a combination of several)
+    page.locator("#MemoryQuery-task input").click()
+    page.get_by_role("option", name=i18n.t("text.choice.MemoryQuery.task.full", "pt-BR"), exact=True).click()  # the choice's name in Portuguese
+    page.locator("#estimator-tier input").click()
+    page.get_by_role("option", name=re.compile(r"\b4 GB\b")).first.click()
     page.locator("#estimator-fit").wait_for(state="visible", timeout=120_000)
-    page.wait_for_function("() => /\\d\\s*GiB/.test(document.querySelector('#estimator-fit').innerText)", timeout=60_000)
-    assert "task=" not in page.locator("#estimator-fit").inner_text()
+    together = i18n.t("estimator.fit.together", "pt-BR").split("{")[0].strip()  # "Tudo junto:"
+    page.wait_for_function("(t) => document.querySelector('#estimator-fit').innerText.includes(t)", arg=together, timeout=120_000)
+    fit = page.locator("#estimator-fit").inner_text()
+    assert "Tarefa: QLoRA" in fit and "task=" not in fit, fit  # the changes in words, not optimizer=adamw-8bit, task=qlora
     assert english_on(page) == []
 
 
@@ -146,8 +150,7 @@ def test_an_unreadable_number_and_an_empty_upload_in_portuguese(page, tmp_path):
     rate = page.locator("#TrainConfig-learning_rate input")
     rate.fill("")  # what gradio sends for a number field holding "abc": nothing
     page.locator("#finetune-start").click()
-    title, text = toast(page, "learning_rate")
-    assert (title, text) == ("Erro", "Taxa de aprendizado (learning_rate): um número é obrigatório.")
+    assert toast(page, "learning_rate") == ["Erro", "Taxa de aprendizado (learning_rate): um número é obrigatório."]
     assert english_on(page) == []
     close_toasts(page)
     rate.fill("0.0002")
@@ -158,8 +161,8 @@ def test_an_unreadable_number_and_an_empty_upload_in_portuguese(page, tmp_path):
     page.locator("#finetune-upload").get_by_text("notas.jsonl").first.wait_for(timeout=60_000)
     accordion(page, "ft", "finetune.acc.check")
     page.get_by_role("button", name=i18n.t("finetune.check.button", "pt-BR"), exact=True).click()
-    title, text = toast(page, "notas.jsonl")
-    assert (title, text) == ("Erro", "notas.jsonl está vazio (0 bytes).")  # the file's own name, not the name it is kept under
+    # the toast's title in Portuguese, and the file's own name (not the name it is kept under)
+    assert toast(page, "notas.jsonl") == ["Erro", "notas.jsonl está vazio (0 bytes)."]
     assert english_on(page) == []
     close_toasts(page)
 
@@ -189,3 +192,14 @@ def test_playground_chat_and_batch_in_portuguese(page):
     headers = page.locator("#pg-panel th").all_inner_texts()
     assert {"resposta", "segundos"} <= {h.strip() for h in headers}
     assert english_on(page) == []
+
+
+def test_the_check_sees_english_on_the_page(page):
+    """The check itself: an English message, a Python value and a hash prefix shown on the page are found."""
+    shown = "Max steps (max_steps) = None is not allowed: a whole number. 0123456789abcdef0123-notas.jsonl"
+    page.evaluate("(t) => { const d = document.createElement('div'); d.id = 'planted'; d.textContent = t; document.body.prepend(d); }", shown)
+    try:
+        found = english_on(page)
+        assert "is not allowed" in found and "None" in found and "0123456789abcdef0123-" in found, found
+    finally:
+        page.evaluate("() => document.getElementById('planted').remove()")
