@@ -157,7 +157,7 @@ def for_people(value: Any, lang: str, *, quote: bool = False) -> str:
         return ", ".join(f"{k}: {for_people(v, lang, quote=quote)}" for k, v in value.items()) or i18n.t("text.value.empty", lang)
     if isinstance(value, str):
         text = value if len(value) <= 80 else value[:77] + "..."  # a pasted page is not repeated back in full
-        return f"'{text}'" if quote else text
+        return repr(text) if quote else text  # quoted as typed, line breaks shown as \n
     return type(value).__name__ if quote else str(value)  # an object's repr means nothing to a person
 
 

@@ -38,7 +38,7 @@ def _export_dtype(dtype: str, device: DeviceInfo) -> torch.dtype:
     if dtype == "auto":
         return resolve_dtype("auto", device)
     if dtype not in _EXPORT_DTYPES:
-        raise EngineError(f"dtype = {dtype!r} is not allowed for a merged model: use auto, fp16, bf16 or fp32.")
+        raise EngineError(key="error.export.merge_dtype", dtype=str(dtype))
     return _EXPORT_DTYPES[dtype]
 
 
@@ -102,17 +102,12 @@ def merge_adapter(
     adapter_dir = run_dir / "adapter"
     if not (adapter_dir / "adapter_config.json").exists():
         if (run_dir / "model" / "config.json").exists():
-            raise ModelLoadError(
-                f"Run {run_dir.name!r} trained every weight: its model/ folder already is a complete model, "
-                "nothing to merge."
-            )
-        raise ModelLoadError(
-            f"Run {run_dir.name!r} has no LoRA adapter to merge (no adapter/adapter_config.json): has it finished?"
-        )
+            raise ModelLoadError(key="error.export.full_no_merge", run=run_dir.name)
+        raise ModelLoadError(key="error.export.no_adapter", run=run_dir.name)
     base_ref, _ = read_run_base(run_dir)
     base_ref = base_ref or adapter_base(adapter_dir)
     if not base_ref:
-        raise ModelLoadError(f"Run {run_dir.name!r} does not say which base model its adapter belongs to.")
+        raise ModelLoadError(key="error.export.no_base", run=run_dir.name)
 
     device = device or detect_device()
     save_dtype = _export_dtype(dtype, device)
@@ -133,9 +128,7 @@ def merge_adapter(
     try:
         model = PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=False)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise ModelLoadError(
-            f"The adapter of run {run_dir.name!r} does not fit its base model {base_ref}: {exc}"
-        ) from exc
+        raise ModelLoadError(key="error.export.adapter_mismatch", run=run_dir.name, base=base_ref, detail=str(exc)[:500]) from exc
     merged = model.merge_and_unload()
     merged = merged.to(save_dtype)
     merged.eval()
@@ -175,7 +168,7 @@ def zip_run(run_dir: Path, *, include_checkpoints: bool = False, out_path: Path 
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise EngineError(f"There is no run folder {run_dir.name!r} to zip.")
+        raise EngineError(key="error.export.no_zip", run=run_dir.name)
     out_path = Path(out_path) if out_path else run_dir.parent / "_exports" / f"{run_dir.name}.zip"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     files = (p for p in sorted(run_dir.rglob("*"))
