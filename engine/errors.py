@@ -119,18 +119,26 @@ class ConfigError(EngineError):
         return i18n.t("message.config_error", lang, field=name, value=for_people(self.value, lang, quote=True), allowed=self.allowed_text(lang))
 
 
-class Phrase:
-    """A language-file text used as a parameter of a keyed message ("line" / "linha"), rendered in the reader's language
-    with the message."""
+class Phrase(str):
+    """A language-file text with its parameters: a parameter of a keyed message ("line" / "linha") or a reason kept in
+    a report (why a row was dropped). As a `str` it is the English text (logs, JSON, events.jsonl); `render(lang)` writes
+    it in the reader's language."""
 
-    def __init__(self, key: str, **params: Any) -> None:
+    key: str
+    params: dict[str, Any]
+
+    def __new__(cls, key: str, /, **params: Any) -> Phrase:
+        self = super().__new__(cls, i18n.t(key, i18n.DEFAULT, **{k: for_people(v, i18n.DEFAULT) for k, v in params.items()}))
         self.key, self.params = key, params
+        return self
 
     def render(self, lang: str) -> str:
         return i18n.t(self.key, lang, **{k: for_people(v, lang) for k, v in self.params.items()})
 
-    def __str__(self) -> str:
-        return self.render(i18n.DEFAULT)
+
+def dropped_reasons(dropped: list[tuple[int, Any]], unit: str, n: int = 5) -> list[Phrase]:
+    """The first `n` dropped rows as "line 3: empty 'output'" in any language (a DataError's `reasons`, a data report)."""
+    return [Phrase("text.dropped_row", unit=Phrase(f"text.unit_label.{unit}"), n=number, why=why) for number, why in dropped[:n]]
 
 
 def for_people(value: Any, lang: str, *, quote: bool = False) -> str:

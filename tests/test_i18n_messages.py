@@ -266,3 +266,19 @@ def test_toasts_have_titles_in_the_visitors_language():
                     bare.append(f"{path.name}:{node.lineno}")
     assert bare == []
     assert {i18n.t(f"text.toast.{k}", "pt-BR") for k in ("info", "warning", "error")} == {"Informação", "Atenção", "Erro"}
+
+
+def test_why_a_row_was_dropped_in_both_languages(tmp_path):
+    from engine.data.formats import load_records
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"instruction": "a", "output": "b"}\n{"instruction": "c", "output": ""}\n', encoding="utf-8")
+    records = load_records(str(path))
+    (number, why), = records.dropped
+    assert (number, str(why)) == (2, "empty 'output'")  # as text (logs, events.jsonl): English
+    assert for_people(why, "pt-BR") == "'output' vazio"
+    assert json.loads(json.dumps(records.dropped)) == [[2, "empty 'output'"]]
+    path.write_text('{"instruction": "c", "output": ""}\n', encoding="utf-8")
+    texts = both(raised(load_records, str(path)))
+    assert texts["en"] == "d.jsonl: none of the 1 rows can be used as instruction data (line 1: empty 'output')."
+    assert texts["pt-BR"] == "d.jsonl: nenhuma das 1 linhas pode ser usada como dados instruction (linha 1: 'output' vazio)."

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
+from ..errors import DataError, Phrase
 from ..refs import shown_file_name
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
@@ -226,7 +226,7 @@ def parse_csv(text: str, name: str, delimiter: str | None = None) -> list[tuple[
             if len(rows) >= MAX_FILE_ROWS:  # stop at the cap: nothing past it is parsed
                 raise _too_many_rows(name)
             if None in row:  # more cells than header columns: a stray delimiter or an unquoted field
-                rows.append((number, BadRow(f"{width + len(row[None])} cells for {width} columns")))
+                rows.append((number, BadRow(Phrase("text.row.cells", cells=width + len(row[None]), columns=width))))
             elif any(v not in (None, "") for v in row.values()):
                 rows.append((number, row))
     except csv.Error as err:

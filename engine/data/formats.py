@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import DataError
+from ..errors import DataError, Phrase, dropped_reasons
 from ..refs import COLUMN_TARGETS
 from .files import BadRow, display_name, read_rows
 
@@ -141,13 +141,13 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
     rows: list[tuple[int, dict[str, Any]]] = []
     for number, row in raw:
         if isinstance(row, BadRow):
-            dropped.append((number, str(row)))
+            dropped.append((number, row.args[0]))  # the reason (a Phrase: English as text, any language when rendered)
         elif isinstance(row, str):  # a list of strings is a plain-text dataset
             rows.append((number, {"text": row}))
         elif isinstance(row, dict):
             rows.append((number, _lower_keys(row)))
         else:
-            dropped.append((number, f"not an object (found {type(row).__name__})"))
+            dropped.append((number, Phrase("text.row.not_object", found=type(row).__name__)))
     counts = Counter(key for _, row in rows for key in row)
     columns = [key for key, _ in counts.most_common()]
     notes: list[str] = []
@@ -166,10 +166,10 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
             records.append(normalizer(row))
             kept_rows.append(number)
         except BadRow as why:
-            dropped.append((number, str(why)))
+            dropped.append((number, why.args[0]))
     dropped.sort()
     if not records:
-        reasons = "; ".join(f"{unit} {n}: {why}" for n, why in dropped[:5])
+        reasons = dropped_reasons(dropped, unit)
         raise DataError(key="error.data.no_usable_rows", file=name, n=len(raw), format=fmt, reasons=reasons)
     return RecordSet(records, fmt, source, dropped, kept_rows, unit, columns, notes)
 
@@ -179,10 +179,10 @@ def _as_text(row: dict[str, Any], key: str, *, required: bool) -> str:
     if value is None or (isinstance(value, float) and value != value):  # None or NaN (pandas/parquet)
         value = ""
     elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise BadRow(f"'{key}' is not text (found {type(value).__name__})")
+        raise BadRow(Phrase("text.row.not_text", key=key, found=type(value).__name__))
     value = str(value)
     if required and not value.strip():
-        raise BadRow(f"empty '{key}'" if key in row else f"missing '{key}'")
+        raise BadRow(Phrase("text.row.empty" if key in row else "text.row.missing", key=key))
     return value
 
 
@@ -210,7 +210,7 @@ def _norm_prompt_completion(row: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, list):  # conversational prompt/completion (TRL style)
             record[key] = _norm_messages(value, need_assistant=role == "assistant", trim=False)
             if not record[key]:
-                raise BadRow(f"empty '{key}'")
+                raise BadRow(Phrase("text.row.empty", key=key))
         else:
             record[key] = _as_text(row, key, required=True)
     return record
@@ -223,9 +223,9 @@ def _norm_chat(row: dict[str, Any]) -> dict[str, Any]:
         try:
             value = json.loads(value)
         except (json.JSONDecodeError, RecursionError):
-            raise BadRow(f"'{key}' is text, not a list of messages") from None
+            raise BadRow(Phrase("text.row.text_not_messages", key=key)) from None
     if not isinstance(value, list) or not value:
-        raise BadRow(f"'{key}' must be a non-empty list of messages")
+        raise BadRow(Phrase("text.row.no_messages", key=key))
     return {"messages": _norm_messages(value, need_assistant=True, trim=True)}
 
 
@@ -233,19 +233,19 @@ def _norm_messages(messages: list[Any], *, need_assistant: bool, trim: bool) -> 
     out: list[dict[str, str]] = []
     for turn, message in enumerate(messages, start=1):
         if not isinstance(message, dict):
-            raise BadRow(f"message {turn} is not an object")
+            raise BadRow(Phrase("text.row.message_not_object", turn=turn))
         message = _lower_keys(message)
         role_raw = message.get("role", message.get("from"))
         role = ROLE_ALIASES.get(str(role_raw).strip().lower()) if role_raw is not None else None
         if role is None:
-            raise BadRow(f"message {turn} has unknown role {role_raw!r} (expected system, user or assistant)")
+            raise BadRow(Phrase("text.row.unknown_role", turn=turn, role=str(role_raw)))
         content = _flatten_content(message.get("content", message.get("value")))
         if content is None:
-            raise BadRow(f"message {turn} has no text content")
+            raise BadRow(Phrase("text.row.no_content", turn=turn))
         if not content.strip():
             if role == "system":
                 continue
-            raise BadRow(f"message {turn} ({role}) is empty")
+            raise BadRow(Phrase("text.row.empty_message", turn=turn, role=role))
         out.append({"role": role, "content": content})
     if trim:
         # trailing user turns have nothing to learn from; a leading assistant turn (a canned greeting)
@@ -255,7 +255,7 @@ def _norm_messages(messages: list[Any], *, need_assistant: bool, trim: bool) -> 
         first_user = next((i for i, m in enumerate(out) if m["role"] == "user"), len(out))
         out = [m for i, m in enumerate(out) if i >= first_user or m["role"] == "system"]
     if need_assistant and not any(m["role"] == "assistant" for m in out):
-        raise BadRow("no assistant message")
+        raise BadRow(Phrase("text.row.no_assistant"))
     return out
 
 
