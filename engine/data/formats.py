@@ -352,7 +352,7 @@ def no_format_error(name: str, columns: list[str]) -> DataError:
                      example=suggest_mapping(columns))
 
 
-def ambiguity_note(rows: list[dict[str, Any]], chosen: str) -> str | None:
+def ambiguity_note(rows: list[dict[str, Any]], chosen: str) -> Phrase | None:
     """A note when the columns fit several formats (the most structured one was used)."""
     fits = [fmt for fmt, alts in FORMAT_KEYS.items() if any(all(k in r for k in keys) for r in rows[:500] for keys in alts)]
     if len(fits) < 2:
@@ -360,8 +360,7 @@ def ambiguity_note(rows: list[dict[str, Any]], chosen: str) -> str | None:
     other = next(f for f in fits if f != chosen)
     example = {"text": "text=text", "instruction": "instruction=instruction, output=output", "prompt_completion": "prompt=prompt, completion=completion",
                "chat": "messages=messages"}[other]
-    return (f"The columns fit several formats ({', '.join(fits)}); {chosen} was used. "
-            f"To use another, set the column mapping, e.g. {example!r}.")
+    return Phrase("text.note.ambiguous", formats=", ".join(fits), chosen=chosen, example=example)
 
 
 def suggest_mapping(columns: list[str]) -> str:

@@ -133,7 +133,7 @@ def inspect_records(
 ) -> DataInspection:
     """Preview + validation report of a run's training `records` (and eval records, or None) for `cfg`'s sequence
     length and masking, tokenized with `tokenizer` (described by `which` in the summary), in `lang`."""
-    notes = "".join(f"\n\n⚠ {n}" for n in records.notes)
+    notes = "".join(f"\n\n⚠ {for_people(n, lang)}" for n in records.notes)
     eval_line = ("\n\n" + t("finetune.check.eval_set", lang, records=records_text(evals, lang)) if evals is not None
                  else "\n\n" + t("finetune.check.eval_fraction", lang, pct=fmt_number(round(100 * cfg.eval_fraction), lang)) if cfg.eval_fraction > 0 else "")
     if records.format == "text" or cfg.method == "scratch":

@@ -137,7 +137,7 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerBase, fmt: Format) -> list[str
         )
     notes = []
     if tokenizer.eos_token_id is None:
-        notes.append("The tokenizer has no eos token: the model cannot learn where an answer ends.")
+        notes.append(Phrase("text.note.no_eos"))
     return notes
 
 
