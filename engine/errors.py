@@ -32,7 +32,6 @@ class EngineError(Exception):
             return str(self)
         return i18n.t(self.key, lang, **{k: for_people(v, lang) for k, v in self.params.items()})
 
-
     def to_record(self) -> dict[str, Any] | None:
         """The message's key and parameters as JSON (written into a run's events.jsonl), so a page can show it later in its
         own visitor's language (`render_record`); None for a message without a key."""
@@ -163,9 +162,10 @@ def for_people(value: Any, lang: str, *, quote: bool = False) -> str:
         return ", ".join(for_people(v, lang, quote=quote) for v in value) or i18n.t("text.value.empty", lang)
     if isinstance(value, dict):
         return ", ".join(f"{k}: {for_people(v, lang, quote=quote)}" for k, v in value.items()) or i18n.t("text.value.empty", lang)
+    if isinstance(value, str) and quote:  # a value someone typed: quoted, line breaks shown as \n, a pasted page not repeated in full
+        return repr(value if len(value) <= 80 else value[:77] + "...")
     if isinstance(value, str):
-        text = value if len(value) <= 80 else value[:77] + "..."  # a pasted page is not repeated back in full
-        return repr(text) if quote else text  # quoted as typed, line breaks shown as \n
+        return value
     return type(value).__name__ if quote else str(value)  # an object's repr means nothing to a person
 
 
