@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import GenerationSettings, GgufSettings, QuantSettings, TrainConfig
-from .errors import EngineError, RunStopped
+from .errors import EngineError, Phrase, RunStopped, to_json
 from .fields import field_specs, from_dict, from_flat, to_dict
 
 
@@ -238,8 +238,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
             from .hardware.device import DeviceInfo, ram_gib
 
             device = DeviceInfo("cpu", "CPU", ram_gib(), True) if device.kind == "cuda" else device  # merges in fp32 on CPU
-        reason = plan.reason if plan else "merging on the CPU (asked for)"
-        events.write("merge_start", run=args.run, device=device.kind, reason=reason)
+        reason = plan.reason if plan else Phrase("text.merge.asked_cpu")
+        events.write("merge_start", run=args.run, device=device.kind, reason=reason, reason_i18n=to_json(reason))  # the page's language
         print(reason, flush=True)
         t0 = time.time()
         reset_peak(device)

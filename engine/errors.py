@@ -35,20 +35,22 @@ class EngineError(Exception):
     def to_record(self) -> dict[str, Any] | None:
         """The message's key and parameters as JSON (written into a run's events.jsonl), so a page can show it later in its
         own visitor's language (`render_record`); None for a message without a key."""
-        return {"key": self.key, "params": {k: _jsonable(v) for k, v in self.params.items()}} if self.key else None
+        return {"key": self.key, "params": {k: to_json(v) for k, v in self.params.items()}} if self.key else None
 
 
-def _jsonable(value: Any) -> Any:
+def to_json(value: Any) -> Any:
+    """A parameter as JSON (a Phrase keeps its key and parameters, to be rendered later in a reader's language)."""
     if isinstance(value, Phrase):
-        return {"phrase": value.key, "params": {k: _jsonable(v) for k, v in value.params.items()}}
+        return {"phrase": value.key, "params": {k: to_json(v) for k, v in value.params.items()}}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [to_json(v) for v in value]
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
-def _from_json(value: Any) -> Any:
+def from_json(value: Any) -> Any:
+    """A parameter read back from `to_json`'s JSON."""
     if isinstance(value, dict) and "phrase" in value:
-        return Phrase(value["phrase"], **{k: _from_json(v) for k, v in (value.get("params") or {}).items()})
+        return Phrase(value["phrase"], **{k: from_json(v) for k, v in (value.get("params") or {}).items()})
     return value
 
 
@@ -61,8 +63,8 @@ def render_record(record: Any, text: str, lang: str) -> str:
         if "config" in record:
             c = record["config"]
             return ConfigError(c["field"], c.get("value"), c.get("allowed") or "", allowed_key=c.get("allowed_key"), owner=c.get("owner"),
-                               **{k: _from_json(v) for k, v in (c.get("allowed_params") or {}).items()}).render(lang)
-        return EngineError(text or record["key"], key=record["key"], **{k: _from_json(v) for k, v in (record.get("params") or {}).items()}).render(lang)
+                               **{k: from_json(v) for k, v in (c.get("allowed_params") or {}).items()}).render(lang)
+        return EngineError(text or record["key"], key=record["key"], **{k: from_json(v) for k, v in (record.get("params") or {}).items()}).render(lang)
     except (KeyError, TypeError, AttributeError):  # a record from another version of the app: the text as written
         return text
 
@@ -100,8 +102,8 @@ class ConfigError(EngineError):
         return key if self.owner and key in i18n.strings(i18n.DEFAULT) else None
 
     def to_record(self) -> dict[str, Any]:
-        return {"config": {"field": self.field, "value": _jsonable(self.value), "allowed": self.plain_allowed, "allowed_key": self.allowed_key,
-                           "owner": self.owner, "allowed_params": {k: _jsonable(v) for k, v in self.allowed_params.items()}}}
+        return {"config": {"field": self.field, "value": to_json(self.value), "allowed": self.plain_allowed, "allowed_key": self.allowed_key,
+                           "owner": self.owner, "allowed_params": {k: to_json(v) for k, v in self.allowed_params.items()}}}
 
     def renamed(self, field: str, owner: str | None) -> ConfigError:
         """The same error for a field seen from an enclosing form (`r` of LoraSettings is `lora.r` of TrainConfig)."""

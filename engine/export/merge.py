@@ -25,7 +25,7 @@ from typing import Literal
 import torch
 
 from ..config import QuantSettings
-from ..errors import EngineError, ModelLoadError
+from ..errors import EngineError, ModelLoadError, Phrase
 from ..hardware.device import DeviceInfo, detect_device, dtype_name, resolve_dtype
 
 ExportDtype = Literal["auto", "fp16", "bf16", "fp32"]
@@ -47,7 +47,7 @@ class MergePlan:
     """Where a merge runs and why: "cpu" or "auto" (the device policy: the GPU when there is one)."""
 
     device: Literal["auto", "cpu"]
-    reason: str
+    reason: str  # a Phrase: English as text, any language with for_people
     need_gib: float | None  # the unquantized base's weights in the merge dtype (estimator), None when unknown
 
 
@@ -62,19 +62,19 @@ def merge_plan(run_dir: Path, runs_dir: Path, device: DeviceInfo, free_gib: floa
     from ..models.references import architecture_ref
 
     if device.kind != "cuda":
-        return MergePlan("cpu", "no GPU: merging on the CPU in fp32", None)
+        return MergePlan("cpu", Phrase("text.merge.no_gpu"), None)
     try:
         ref = architecture_ref(f"run:{Path(run_dir).name}", runs_dir)
         dtype = dtype_name(_export_dtype("auto", device))  # a GPU merge loads the base in the dtype it saves
         weights = estimate(MemoryQuery(model=ref, task="inference", weight_precision=dtype, batch=1, seq_len=16,
                                        new_tokens=0)).breakdown_gib.get("weights", 0.0)
     except EngineError as exc:
-        return MergePlan("cpu", f"the memory estimator does not know this run's base model ({exc}): merging on the CPU to be safe", None)
+        return MergePlan("cpu", Phrase("text.merge.unknown_base", detail=str(exc)), None)
     need = weights + MERGE_MARGIN_GIB
     room = device.total_gib if free_gib is None else free_gib
     if need > 0.9 * room:
-        return MergePlan("cpu", f"the unquantized base needs about {need:.1f} GiB and the GPU has {room:.1f} GiB free: merging on the CPU", need)
-    return MergePlan("auto", f"the unquantized base needs about {need:.1f} GiB; the GPU has {room:.1f} GiB free: merging on the GPU", need)
+        return MergePlan("cpu", Phrase("text.merge.cpu", need=round(need, 1), room=round(room, 1)), need)
+    return MergePlan("auto", Phrase("text.merge.gpu", need=round(need, 1), room=round(room, 1)), need)
 
 
 def merge_adapter(

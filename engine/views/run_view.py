@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..errors import EngineError, render_record
+from ..errors import EngineError, for_people, from_json, render_record
 from ..i18n import fmt_number, t
 from ..runs import log_tail, read_events
 from .run_charts import loss_plot_frame, task_html
@@ -139,7 +139,7 @@ def merge_status_md(jobs: JobManager, name: str | None, lang: str = "en") -> str
     if last.get("type") == "merge_error":
         return "🔀 " + t("finetune.merge.failed", lang, message=render_record(last.get("i18n"), last.get("message", ""), lang))
     if jobs.active_merge() == name:
-        return "🔀 " + t("finetune.merge.running", lang, reason=last.get("reason", ""))
+        return "🔀 " + t("finetune.merge.running", lang, reason=for_people(from_json(last.get("reason_i18n")) or last.get("reason", ""), lang))
     return "🔀 " + t("finetune.merge.gone", lang)
 
 
