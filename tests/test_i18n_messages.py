@@ -243,7 +243,7 @@ def test_every_error_and_text_key_renders_in_both_languages():
 def test_every_engine_raise_in_the_converted_modules_is_keyed():
     """No plain-text EngineError left in the modules this issue converted (a new one would be English on the Portuguese page)."""
     modules = ["engine/data/files.py", "engine/data/formats.py", "engine/data/hub.py", "engine/data/curriculum.py", "engine/data/build.py",
-               "engine/models/references.py", "engine/export/hub.py", "engine/export/gguf_run.py", "engine/export/merge.py", "engine/refs.py"]
+               "engine/models/references.py", "engine/export/hub.py", "engine/export/gguf_run.py", "engine/export/merge.py", "engine/export/onnx.py", "engine/refs.py"]
     names = {"EngineError", "DataError", "ModelLoadError", "HubError", "JobError", "MappedColumnsMissing"}
     plain = []
     for module in modules:
