@@ -112,14 +112,14 @@ def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -
         check_local_model(ref)  # never on a shared app, whatever the caller allowed (engine/sharing.py)
         folder = Path(ref).expanduser()
         if not (folder / "config.json").is_file():
-            raise ConfigError("model", ref, "a model folder (one with a config.json in it)")
+            raise ConfigError("model", ref, allowed_key="error.allowed.model_folder")
         return str(folder.resolve())
     if ref.startswith((BUILTIN_PREFIX, RUN_PREFIX)):
         name = ref.split(":", 1)[1]
         if ref.startswith(RUN_PREFIX) and name.endswith(MERGED_SUFFIX):
             name = name[: -len(MERGED_SUFFIX)]
         if not is_plain_name(name):
-            raise ConfigError("model", ref, "builtin:NAME or run:NAME with a plain name")
+            raise ConfigError("model", ref, allowed_key="error.allowed.plain_ref")
         return ref
     if ref.startswith(("/", "~", ".")) or "\\" in ref or ".." in ref or not HUB_MODEL_ID_RE.match(ref):
         raise KeyedConfigError("model", ref, Msg("estimator.allowed.browser_model"))
