@@ -169,8 +169,11 @@ def test_an_unreadable_number_and_an_empty_upload_in_portuguese(page, tmp_path):
 
 def test_a_failed_runs_error_in_portuguese(page):
     page.locator("#ft-panel-button").click()
+    close_toasts(page)  # a toast left from an earlier step may sit over the picker
+    page.keyboard.press("Escape")  # and so may a dropdown list still open
     pick = page.locator("#finetune-run-pick input")
-    pick.click()
+    pick.scroll_into_view_if_needed()
+    pick.click(timeout=60_000)
     page.get_by_role("option", name="falhou-nos-dados").first.click()
     page.locator("#finetune-status").get_by_text("notas.jsonl está vazio (0 bytes).").wait_for(timeout=60_000)
     assert english_on(page) == []
