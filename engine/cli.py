@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import GenerationSettings, GgufSettings, QuantSettings, TrainConfig
-from .errors import EngineError, RunStopped
+from .errors import EngineError, Phrase, RunStopped, to_json
 from .fields import field_specs, from_dict, from_flat, to_dict
 
 
@@ -115,19 +115,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         result = run_training(cfg, run_dir, runs_dir=runs_dir, resume=args.resume)
     except RunStopped as exc:  # a Stop honoured before training proper (the built-in base's pretraining): resumable
         (run_dir / "STOP").unlink(missing_ok=True)
-        events.write("stopped", step=0, checkpoint=None, message=str(exc))
+        events.write("stopped", step=0, checkpoint=None, message=str(exc), i18n=exc.to_record())
         print(str(exc), flush=True)
         return 0
     except EngineError as exc:
-        events.write("error", kind=getattr(exc, "kind", "engine"), message=str(exc))  # "nan": the loss diverged
+        # "nan": the loss diverged; `i18n`: the key and parameters, so the page shows it in its visitor's language
+        events.write("error", kind=getattr(exc, "kind", "engine"), message=str(exc), i18n=exc.to_record())
         raise
     except Exception as exc:  # noqa: BLE001 - record *why* the run died, then re-raise for the log
         import torch
 
         if isinstance(exc, torch.OutOfMemoryError):
-            msg = ("Out of memory. Halve the micro batch and double gradient accumulation (same effective batch), "
-                   "enable gradient checkpointing, use QLoRA / an 8-bit optimizer, or shorten the max sequence length.")
-            events.write("error", kind="oom", message=msg)
+            oom = EngineError(key="error.train.oom")
+            msg = str(oom)
+            events.write("error", kind="oom", message=msg, i18n=oom.to_record())
             print(f"error: {msg}", file=sys.stderr)
             return 3
         events.write("error", kind="crash", message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
@@ -250,14 +251,14 @@ def cmd_merge(args: argparse.Namespace) -> int:
             from .hardware.device import DeviceInfo, ram_gib
 
             device = DeviceInfo("cpu", "CPU", ram_gib(), True) if device.kind == "cuda" else device  # merges in fp32 on CPU
-        reason = plan.reason if plan else "merging on the CPU (asked for)"
-        events.write("merge_start", run=args.run, device=device.kind, reason=reason)
+        reason = plan.reason if plan else Phrase("text.merge.asked_cpu")
+        events.write("merge_start", run=args.run, device=device.kind, reason=reason, reason_i18n=to_json(reason))  # the page's language
         print(reason, flush=True)
         t0 = time.time()
         reset_peak(device)
         out = merge_adapter(run_dir, dtype=args.dtype, runs_dir=runs_dir, device=device)
     except EngineError as exc:
-        events.write("merge_error", message=str(exc))
+        events.write("merge_error", message=str(exc), i18n=exc.to_record())
         raise
     except Exception as exc:  # noqa: BLE001 - record *why* the merge died for the page, then re-raise for the log
         events.write("merge_error", message=f"{type(exc).__name__}: {exc}")

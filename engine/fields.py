@@ -159,7 +159,8 @@ def _coerce(name: str, value: Any, tp: Any, owner: str | None = None) -> Any:
     if value is None:
         if optional:
             return None
-        raise refuse("required")
+        # gradio hands a number field it cannot read ("abc") over as None: say what the field needs, not "None"
+        raise refuse({int: "whole_number", float: "number", bool: "bool"}.get(py, "required"))
     if py is bool:
         if isinstance(value, bool):
             return value

@@ -58,6 +58,16 @@ PLAIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 NAMED_MODEL_REF_RE = re.compile(r"^(builtin|run):[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+# An upload is kept as `<20 hex digits of a keyed hash>-<its own name>` (engine/views/uploads.py keep_upload): the
+# prefix keeps names unguessable and means nothing to the person who uploaded the file.
+UPLOAD_NAME_RE = re.compile(r"^[0-9a-f]{20}-(?=.)")
+
+
+def shown_file_name(path: str | Path) -> str:
+    """The name of a file as its owner knows it: an upload's name without the hash prefix it is kept under."""
+    return UPLOAD_NAME_RE.sub("", Path(path).name)
+
+
 def is_valid_run_name(name: str) -> bool:
     """True when `name` can be a run (or built-in model) folder: RUN_NAME_RE and no ".."."""
     return bool(RUN_NAME_RE.match(name or "")) and ".." not in name
@@ -94,10 +104,7 @@ def run_ref_dir(name: str, runs_dir: Path) -> Path:
     """The folder of the run named by a run:NAME model reference; `ModelLoadError` for a name that could
     escape the runs directory."""
     if not is_valid_run_name(name):
-        raise ModelLoadError(
-            f"Run name {name!r} is not valid: a run is named by its folder inside the runs directory "
-            "(letters, digits, '-', '_' and '.'; no path separators or '..')."
-        )
+        raise ModelLoadError(key="error.model.run_name", name=name)
     return runs_dir / name
 
 
@@ -154,7 +161,6 @@ COLUMN_TARGETS: dict[str, str] = {
     "messages": "chat",
     "conversations": "chat",
 }
-MAPPING_SYNTAX = "target=source pairs separated by commas, e.g. 'instruction=question, output=answer', 'text=body' or 'messages=conversation'"
 
 
 def is_hub_ref(ref: str) -> bool:
@@ -170,7 +176,7 @@ def check_hub_ref(ref: str, field: str = "dataset") -> str:
     """
     name = str(ref or "").strip()[len(HUB_PREFIX):].strip()
     if not HUB_OWNER_NAME_RE.match(name) or ".." in name:
-        raise ConfigError(field, ref, "hub:owner/name as in the dataset's Hub address, e.g. hub:tatsu-lab/alpaca")
+        raise ConfigError(field, ref, allowed_key="error.allowed.hub_dataset")
     return name
 
 
@@ -178,7 +184,7 @@ def check_split(split: str, field: str = "hub_split") -> str:
     """A split expression as datasets accepts it: ``train``, ``train[:2000]``, ``train[10%:]``, ``train+test``."""
     split = str(split or "").strip()
     if not SPLIT_RE.match(split):
-        raise ConfigError(field, split, "a split name such as train or test, optionally sliced: train[:2000], train[:10%], train[100:200]")
+        raise ConfigError(field, split, allowed_key="error.allowed.hub_split")
     return split
 
 
@@ -186,7 +192,7 @@ def check_hub_config(name: str) -> str:
     """A Hub dataset config (subset) name, or empty for the default one."""
     name = str(name or "").strip()
     if name and not CONFIG_RE.match(name):
-        raise ConfigError("hub_config", name, "the name of a configuration (subset) of the Hub dataset, e.g. 'en', or empty for the default")
+        raise ConfigError("hub_config", name, allowed_key="error.allowed.hub_config")
     return name
 
 
@@ -206,19 +212,19 @@ def parse_columns(spec: str | dict[str, str] | None, field: str = "columns") -> 
                 continue
             target, eq, source = part.partition("=")
             if not eq or not target.strip() or not source.strip():
-                raise ConfigError(field, spec, f"{MAPPING_SYNTAX} ({part.strip()!r} has no target=source)")
+                raise ConfigError(field, spec, allowed_key="error.allowed.mapping_pair", part=part.strip())
             pairs.append((target, source))
     mapping: dict[str, str] = {}
     for target, source in pairs:
         target, source = str(target).strip().lower(), str(source).strip().lower()
         if target not in COLUMN_TARGETS:
-            raise ConfigError(field, spec, f"targets among {', '.join(COLUMN_TARGETS)} ({target!r} is not one of them); {MAPPING_SYNTAX}")
+            raise ConfigError(field, spec, allowed_key="error.allowed.mapping_target", targets=", ".join(COLUMN_TARGETS), target=target)
         if target in mapping:
-            raise ConfigError(field, spec, f"each target once ({target!r} is given twice)")
+            raise ConfigError(field, spec, allowed_key="error.allowed.mapping_twice", target=target)
         mapping[target] = source
     formats = sorted({COLUMN_TARGETS[t] for t in mapping})
     if len(formats) > 1:
-        raise ConfigError(field, spec, f"targets of a single format (these mix {' and '.join(formats)}); {MAPPING_SYNTAX}")
+        raise ConfigError(field, spec, allowed_key="error.allowed.mapping_mixed", formats=" + ".join(formats))
     return mapping
 
 

@@ -260,6 +260,7 @@ class RunSummary:
     output: str | None = None  # "adapter" | "model" when finished
     error: str | None = None
     error_kind: str | None = None  # "oom" | "engine" | "nan" (the loss diverged) | "crash"
+    error_record: dict[str, Any] | None = None  # the error's key and parameters (errors.render_record shows it in a language)
     resumable: bool = False  # it has a complete checkpoint: Resume continues from there
     restartable: bool = False  # stopped/failed/killed before any checkpoint: Resume starts it again from step 0, same settings
     started: float | None = None
@@ -341,6 +342,7 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
         if t == "error":
             summary.error = terminal.get("message")
             summary.error_kind = terminal.get("kind")
+            summary.error_record = terminal.get("i18n")
         if summary.started:
             summary.duration_s = round(terminal["time"] - summary.started, 1)
     elif events:

@@ -235,15 +235,13 @@ def child_env(env: Mapping[str, str]) -> dict[str, str]:
 def check_remote_code(value: object, field: str = "trust_remote_code") -> None:
     """Refuse `trust_remote_code` on a shared app (it would run a Hub repo's Python on this server)."""
     if value and is_shared():
-        raise ConfigError(field, value, "off on a shared app (a public link, Colab or a Space): it would run code from a Hub "
-                                        "repository on this server. Pick a model that transformers supports natively")
+        raise ConfigError(field, value, allowed_key="error.allowed.remote_code_shared")
 
 
 def check_local_model(ref: str, field: str = "model") -> None:
     """Refuse a model folder on the server's disk on a shared app."""
     if is_shared():
-        raise ConfigError(field, ref, "a built-in model, one of your runs or a Hugging Face id: model folders on the server's "
-                                      "disk are not available on a shared app")
+        raise ConfigError(field, ref, allowed_key="error.allowed.no_folders_shared")
 
 
 def max_model_gib() -> float:

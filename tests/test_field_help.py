@@ -119,7 +119,7 @@ def test_a_plain_allowed_text_is_kept_as_is():
 
 @pytest.mark.parametrize(("value", "en", "pt"), [
     (2**31 - 1, "2,147,483,647", "2.147.483.647"), (1048576.0, "1,048,576", "1.048.576"), (1e-7, "0.0000001", "0,0000001"),
-    (0.05, "0.05", "0,05"), (-1.5, "-1.5", "-1,5"), (True, "True", "True"), ([1, 2], "1, 2", "1, 2"), ("x", "x", "x"),
+    (0.05, "0.05", "0,05"), (-1.5, "-1.5", "-1,5"), (True, "on", "ligado"), ([1, 2], "1, 2", "1, 2"), ("x", "x", "x"),
 ])
 def test_values_for_people(value, en, pt):
     assert for_people(value, "en") == en and for_people(value, "pt-BR") == pt

@@ -33,6 +33,29 @@ def test_every_key_exists_in_both_languages():
     assert sorted(pt - en) == [], "Portuguese keys without an English text"
 
 
+# Words that make a text English; a Portuguese text identical to its English one with two of them was not translated.
+ENGLISH_WORDS = {"the", "is", "are", "of", "to", "and", "with", "on", "in", "for", "not", "your", "this", "it", "be", "can", "from", "or",
+                 "an", "was", "has", "have", "no", "at", "by", "as", "that", "which", "when", "you", "use", "there", "its", "will", "only"}
+
+
+def untranslated(en: dict[str, str], pt: dict[str, str]) -> list[str]:
+    """Keys whose Portuguese text is the English one, word for word, in a sentence (names such as "GPU · 4 GB (RTX 3050)"
+    or "{device} ({kind})" are the same in every language and pass)."""
+    def words(text: str) -> set[str]:
+        return set(re.findall(r"[a-z]+", re.sub(r"\{[^}]*\}|`[^`]*`|https?://\S+", " ", text.lower())))
+    return sorted(k for k in en.keys() & pt.keys() if en[k] == pt[k] and len(words(en[k]) & ENGLISH_WORDS) >= 2)
+
+
+def test_portuguese_texts_are_translated():
+    assert untranslated(i18n.strings("en"), i18n.strings("pt-BR")) == []
+
+
+def test_the_untranslated_check_flags_a_copied_sentence():
+    en = {"a": "The file is empty.", "b": "GPU · 4 GB (RTX 3050)", "c": "{device} ({kind}): **{word}**"}
+    assert untranslated(en, dict(en)) == ["a"]
+    assert untranslated(en, {**en, "a": "O arquivo está vazio."}) == []
+
+
 def test_placeholders_match():
     en, pt = i18n.strings("en"), i18n.strings("pt-BR")
     wrong = {k: (_placeholders(en[k]), _placeholders(pt[k])) for k in en.keys() & pt.keys() if _placeholders(en[k]) != _placeholders(pt[k])}

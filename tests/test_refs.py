@@ -182,7 +182,7 @@ def test_parse_columns():
         refs.parse_columns("answer=output")
     with pytest.raises(ConfigError, match="no target=source"):
         refs.parse_columns("question")
-    with pytest.raises(ConfigError, match="mix instruction and text"):
+    with pytest.raises(ConfigError, match=r"mix instruction \+ text"):
         refs.parse_columns("text=body, output=answer")
     with pytest.raises(ConfigError, match="given twice"):
         refs.parse_columns("text=a, text=b")

@@ -73,7 +73,7 @@ def test_a_local_app_keeps_the_libraries_defaults(monkeypatch):
 def test_trust_remote_code_and_model_folders_are_refused_when_shared(shared, tmp_path):
     from engine.estimator.handoff import check_ui_model_ref
 
-    with pytest.raises(ConfigError, match="trust_remote_code = True is not allowed: off on a shared app"):
+    with pytest.raises(ConfigError, match="trust_remote_code = on is not allowed: off on a shared app"):
         TrainConfig(trust_remote_code=True)
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ConfigError, match="model folders on the server's disk are not available on a shared app"):

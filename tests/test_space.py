@@ -39,9 +39,9 @@ def test_the_first_run_fits_the_default_limits(on_space, tmp_path):
 
 
 @pytest.mark.parametrize(("change", "limit", "words_en", "words_pt"), [
-    ({"max_steps": 10_000_000}, "max_steps", "at most 600 steps per run (you asked for 10000000)", "no máximo 600 passos"),
+    ({"max_steps": 10_000_000}, "max_steps", "at most 600 steps per run (you asked for 10,000,000)", "no máximo 600 passos"),
     ({"max_steps": 0, "epochs": 1000.0}, "max_epochs", "at most 3 epochs per run (you asked for 1000)", "no máximo 3 épocas"),
-    ({"max_seq_len": 4096}, "max_seq_len", "at most 256 tokens (you asked for 4096)", "no máximo 256 tokens"),
+    ({"max_seq_len": 4096}, "max_seq_len", "at most 256 tokens (you asked for 4,096)", "no máximo 256 tokens"),
 ])
 def test_an_oversized_run_is_refused_naming_the_limit(on_space, tmp_path, change, limit, words_en, words_pt):
     with pytest.raises(EngineError) as err:

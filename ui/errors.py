@@ -12,7 +12,7 @@ import gradio as gr
 
 from engine import i18n
 from engine.errors import EngineError
-from ui.language import lang_of, tr
+from ui.language import error, lang_of, tr
 
 
 def ui_errors(fn):
@@ -21,14 +21,14 @@ def ui_errors(fn):
 
     def unexpected(exc: Exception) -> gr.Error:
         logging.getLogger("app").exception("unexpected error in %s", fn.__name__)
-        return gr.Error(tr("message.unexpected", kind=type(exc).__name__, where=fn.__name__.removeprefix("on_")))
+        return error(tr("message.unexpected", kind=type(exc).__name__, where=fn.__name__.removeprefix("on_")))
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except EngineError as exc:
-            raise gr.Error(exc.render(lang_of())) from None
+            raise error(exc.render(lang_of())) from None
         except gr.Error:
             raise
         except Exception as exc:  # noqa: BLE001 - never a traceback (or a server path) in the browser
@@ -39,7 +39,7 @@ def ui_errors(fn):
         try:
             yield from fn(*args, **kwargs)
         except EngineError as exc:
-            raise gr.Error(exc.render(lang_of())) from None
+            raise error(exc.render(lang_of())) from None
         except gr.Error:
             raise
         except Exception as exc:  # noqa: BLE001 - as above

@@ -17,7 +17,7 @@ from engine.refs import visitor_scope
 from engine.training.jobs import JobManager
 from engine.views import choices, finetune_form, offline, run_view, space_view
 from ui.errors import ui_errors
-from ui.language import T, lang_of, tr
+from ui.language import T, info, lang_of, tr, warning
 from ui.session import session_key, uploads_of
 from ui.widgets import make_inputs
 
@@ -102,10 +102,10 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
         cfg = config_of(request, upload_path, *vals)
         finetune_form.check_reachable(cfg)  # offline and a Hub model: say so now, not after a failed start
         if finetune_form.memory_prediction(cfg, jobs.runs_dir)[1] == "no":
-            gr.Warning(tr("finetune.msg.will_not_fit"))
+            warning(tr("finetune.msg.will_not_fit"))
         with visitor_scope(uploads_of(upload_dir, request)):  # the engine's gate checks this session's folder too (engine/refs.py)
             name = jobs.start(cfg, owner=session_key(owner_v, request))
-        gr.Info(space_view.started_md(jobs, name, lang_of(request)))  # started, or its number in the waiting line
+        info(space_view.started_md(jobs, name, lang_of(request)))  # started, or its number in the waiting line
         return name, gr.update(choices=run_view.run_choices(jobs), value=name)
 
     @ui_errors

@@ -14,7 +14,7 @@ from engine.fields import field_specs
 from engine.training.jobs import JobManager
 from engine.views import choices, offline, refresh, run_charts, run_control, run_history, run_view
 from ui.errors import ui_errors
-from ui.language import T, lang_of, tr
+from ui.language import T, info, lang_of, tr
 from ui.queues import QUIET
 from ui.session import session_key
 
@@ -176,17 +176,17 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
 
     @ui_errors
     def on_stop(name, owner_v, request: gr.Request):
-        gr.Info(run_control.stop_run(jobs, name, session_key(owner_v, request), lang_of(request)))
+        info(run_control.stop_run(jobs, name, session_key(owner_v, request), lang_of(request)))
 
     @ui_errors
     def on_resume(name, owner_v, request: gr.Request):
-        gr.Info(run_control.resume_run(jobs, name, session_key(owner_v, request), lang_of(request)))
+        info(run_control.resume_run(jobs, name, session_key(owner_v, request), lang_of(request)))
         return name
 
     @ui_errors
     def on_retry(name, owner_v, request: gr.Request):
         new, message = run_control.retry_run(jobs, name, session_key(owner_v, request), lang_of(request))
-        gr.Info(message)
+        info(message)
         return new, gr.update(choices=run_view.run_choices(jobs), value=new)
 
     @ui_errors
@@ -200,7 +200,7 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
 
     @ui_errors
     def on_merge(name, owner_v, request: gr.Request):
-        gr.Info(run_control.merge_finished_run(jobs, name, session_key(owner_v, request), lang_of(request)))
+        info(run_control.merge_finished_run(jobs, name, session_key(owner_v, request), lang_of(request)))
 
     def on_offer(request: gr.Request):  # the newest interrupted run (a Colab disconnect), offered at the top of the panel
         name, text = run_view.resume_offer(jobs, lang_of(request))

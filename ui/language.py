@@ -3,6 +3,7 @@ and the Português | English switch (presets/lang/*.yaml hold the words)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import gradio as gr
@@ -29,8 +30,23 @@ LANG_HEAD = r"""<script>
     if (url) { try { (await import(url)).changeLocale(lang); } catch (e) {} }
   };
   if (l) window.labSetLocale(l);  // gradio runs this head before it mounts the page: labels come in the chosen language
+  // gradio 6's toasts title themselves with their type ("Error", "Info", "Warning"), whatever title= the server sent:
+  // those words are put in the page's language here, as the toasts appear.
+  const titles = @TOAST_TITLES@[eff] || {};
+  let queued = false;
+  const retitle = () => {
+    queued = false;
+    for (const el of document.querySelectorAll(".toast-title")) {
+      const text = el.firstChild;
+      if (text && text.nodeType === 3 && titles[text.data.trim()]) text.data = titles[text.data.trim()] + " ";
+    }
+  };
+  new MutationObserver(() => { if (!queued) { queued = true; requestAnimationFrame(retitle); } })
+    .observe(document.documentElement, {childList: true, subtree: true});
 })();
-</script>""".replace("@COOKIE@", i18n.COOKIE)
+</script>""".replace("@COOKIE@", i18n.COOKIE).replace("@TOAST_TITLES@", json.dumps(
+    {lang: {kind.capitalize(): i18n.t(f"text.toast.{kind}", lang) for kind in ("error", "info", "warning", "success")} for lang in i18n.LANGS},
+    ensure_ascii=False))
 
 
 LANG_SWITCH_JS = """(l) => {
@@ -71,3 +87,19 @@ def language_switch() -> gr.Radio:
                       container=False, elem_id="lang-switch")
     switch.input(None, [switch], [switch], js=LANG_SWITCH_JS)
     return switch
+
+
+# Toasts with their titles in the visitor's language (gradio's own say "Info", "Warning", "Error" in English).
+def info(message: str, request: gr.Request | None = None) -> None:
+    """A notice toast ("Informação" / "Info")."""
+    gr.Info(message, title=i18n.t("text.toast.info", lang_of(request)))
+
+
+def warning(message: str, request: gr.Request | None = None) -> None:
+    """A warning toast ("Atenção" / "Warning"): something the person may want to change, the action goes on."""
+    gr.Warning(message, title=i18n.t("text.toast.warning", lang_of(request)))
+
+
+def error(message: str, request: gr.Request | None = None) -> gr.Error:
+    """The gr.Error to raise ("Erro" / "Error"): the action did not happen."""
+    return gr.Error(message, title=i18n.t("text.toast.error", lang_of(request)))

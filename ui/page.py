@@ -17,7 +17,7 @@ from engine.views.uploads import sweep_uploads
 from ui.errors import ui_errors
 from ui.estimator import build_estimator
 from ui.finetune import build_finetune
-from ui.language import I18N, LANG_HEAD, LANG_NOW_JS, T, lang_of, language_switch, tr
+from ui.language import I18N, LANG_HEAD, LANG_NOW_JS, T, error, info, lang_of, language_switch, tr, warning
 from ui.mcp import mcp_tools
 from ui.playground import build_playground
 from ui.playground_handlers import model_list_updates
@@ -101,9 +101,9 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
             with est["scope"](request):
                 values, rank = estimate_view.finetune_values(est["checked_query"](request, vals[0], *vals[2:]), vals[1], pick_n)
             if note := handoff_warning(values.get("base_model"), lang_of(request)):  # offline, a Hub model: say so, offer the built-in one
-                gr.Warning(note)
+                warning(note)
             else:
-                gr.Info(tr("estimator.copied_with", rank=rank) if rank is not None else tr("estimator.copied"))
+                info(tr("estimator.copied_with", rank=rank) if rank is not None else tr("estimator.copied"))
             # the values, then the Fine-tune tab, where they now are
             return [*[gr.update(value=values[n]) if n in values else gr.skip() for n in form], gr.Tabs(selected="ft")]
 
@@ -124,7 +124,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         @ui_errors
         def on_try(run_name: str | None, request: gr.Request) -> list[Any]:
             if not run_name:
-                raise gr.Error(tr("finetune.actions.try_none"))
+                raise error(tr("finetune.actions.try_none"))
             return [*model_list_updates(jobs), *pg["try_it"](run_name, lang_of(request)), gr.Tabs(selected="pg")]
 
         ft["try_btn"].click(on_try, [ft["try_run"]], [*pg["lists"], *pg["try_outputs"], tabs], api_visibility="private")

@@ -14,8 +14,8 @@ from engine.training.jobs import JobManager
 from engine.views import choices, playground, playground_load
 from engine.views.signals import StopSignals
 from ui.errors import beside, ui_errors
-from ui.language import lang_of
-from ui.playground_tabs import SAMPLING_ONLY, onnx_note, preset_help
+from ui.language import lang_of, tr
+from ui.playground_tabs import SAMPLING_ONLY, adapter_list, onnx_note, preset_help
 
 
 def chat_handlers(load: Any, gen_names: list[str], signals: StopSignals) -> SimpleNamespace:
@@ -119,7 +119,7 @@ def batch_eval_handlers(jobs: JobManager, load: Any, allow_local_models: bool, g
 def model_list_updates(jobs: JobManager) -> tuple:
     """New choices for the playground's Model, Model B, Adapter and Model A dropdowns (runs finished since the page was built)."""
     models, models_b, adapters = choices.playground_lists(jobs)
-    return gr.update(choices=models), gr.update(choices=models_b), gr.update(choices=adapters), gr.update(choices=models)
+    return gr.update(choices=models), gr.update(choices=models_b), gr.update(choices=adapter_list(adapters, tr("text.choice.no_adapter"))), gr.update(choices=models)
 
 
 def start_handlers(jobs: JobManager, s: SimpleNamespace, c: SimpleNamespace, cmp: SimpleNamespace, example: gr.State) -> SimpleNamespace:

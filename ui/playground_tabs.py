@@ -13,7 +13,7 @@ from engine.fields import field_specs
 from engine.training.jobs import JobManager
 from engine.views import choices, playground
 from ui.language import T
-from ui.widgets import make_inputs, named
+from ui.widgets import choice_list, make_inputs, named
 
 SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "seed")  # the settings greedy decoding ignores (penalties still apply)
 
@@ -22,6 +22,13 @@ EVAL_DATASET = "builtin:corpus"  # the Evaluate tab's default text: plain paragr
 
 
 ONNX_PROMPTS = "A memória da GPU\nThe KV cache"  # sample prompts for the ONNX check (data, the same in every language)
+
+
+def adapter_list(adapters: list[str], none: Any = None) -> list[Any]:
+    """The Adapter dropdown's choices: "(none)" named in the visitor's language (`none`: that name, built on the server; by
+    default translated in the browser), its value still NO_ADAPTER for the API."""
+    none = none or T("text.choice.no_adapter")
+    return [(none, a) if a == choices.NO_ADAPTER else a for a in adapters]
 
 
 def preset_label(name: str) -> Any:
@@ -72,13 +79,13 @@ def model_settings(jobs: JobManager, models: list[str], start: Any) -> SimpleNam
                     label=T("playground.mode.label"), info=T("playground.mode.info"), elem_id="playground-mode")
     with gr.Accordion(T("playground.loading.accordion"), open=False):
         quant_spec = field_specs(QuantSettings)[0]
-        quant = gr.Dropdown(choices=list(quant_spec.choices), value=quant_spec.default, label=T("field.QuantSettings.mode.label"),
+        quant = gr.Dropdown(choices=choice_list(QuantSettings, "mode", quant_spec.choices), value=quant_spec.default, label=T("field.QuantSettings.mode.label"),
                             info=T("field.QuantSettings.mode.help"), elem_id="playground-quant")
         # 8/4-bit need bitsandbytes (requirements.txt); int8-dynamic is CPU-only: said before anyone picks them
         gr.Markdown(T("playground.loading.needs_bnb"), visible=importlib.util.find_spec("bitsandbytes") is None, elem_id="playground-bnb-note")
         gr.Markdown(T("playground.loading.int8_gpu"), visible=detect_device().kind == "cuda")
         system = gr.Textbox(label=T("playground.loading.system"), info=T("playground.loading.system_info"), lines=2)
-        adapter = gr.Dropdown(choices=choices.adapter_choices(jobs), value=choices.NO_ADAPTER, label=T("playground.loading.adapter"),
+        adapter = gr.Dropdown(choices=adapter_list(choices.adapter_choices(jobs)), value=choices.NO_ADAPTER, label=T("playground.loading.adapter"),
                               elem_id="playground-adapter", allow_custom_value=True, info=T("playground.loading.adapter_info"))
         has_accelerate = importlib.util.find_spec("accelerate") is not None
         labels = {"one device": T("playground.loading.placement_one"), "auto (offload to CPU/disk)": T("playground.loading.placement_auto")}

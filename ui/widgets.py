@@ -7,9 +7,10 @@ from typing import Any
 
 import gradio as gr
 
+from engine import i18n
 from engine.errors import ConfigError
 from engine.fields import field_specs
-from ui.language import T, lang_of
+from ui.language import T, error, lang_of
 
 
 def named(comp: gr.components.Component, field: str, owner: str | None = None) -> gr.components.Component:
@@ -30,10 +31,18 @@ def named(comp: gr.components.Component, field: str, owner: str | None = None) -
         try:
             return original(payload)
         except (TypeError, ValueError, OverflowError, gr.Error):
-            raise gr.Error(ConfigError.of(field, payload, owner=owner, **allowed).render(lang_of())) from None
+            raise error(ConfigError.of(field, payload, owner=owner, **allowed).render(lang_of())) from None
 
     comp.preprocess = preprocess
     return comp
+
+
+def choice_list(cls: type, name: str, values: tuple[str, ...] | list[str]) -> list[Any]:
+    """A field's choices as the dropdown shows them: (name in the visitor's language, value) where the language files name
+    a value (`text.choice.<Class>.<field>.<value>`: "full fine-tuning" for full), the value itself where it is a technical
+    name read the same in every language (adamw-8bit, nf4, bf16)."""
+    known = i18n.strings(i18n.DEFAULT)
+    return [(T(key), v) if (key := f"text.choice.{cls.__name__}.{name}.{v}") in known else v for v in values]
 
 
 def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ...] = (), values: dict[str, Any] | None = None,
@@ -55,7 +64,7 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
         elif spec.type is bool:
             comps[name] = gr.Checkbox(**common)
         elif spec.choices:
-            comps[name] = named(gr.Dropdown(choices=list(spec.choices), **common), name, cls.__name__)
+            comps[name] = named(gr.Dropdown(choices=choice_list(cls, name, spec.choices), **common), name, cls.__name__)
         elif spec.type in (int, float) and spec.min is not None and spec.max is not None and spec.step and (spec.max - spec.min) / spec.step <= 5000:
             comps[name] = named(gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common), name, cls.__name__)
         elif spec.type in (int, float):

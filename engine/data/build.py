@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import EngineError
 from ..refs import check_hub_config, check_hub_ref, check_split, is_hub_ref, parse_columns
 from . import curriculum
+from .files import display_name
 from .formats import MappedColumnsMissing, RecordSet, load_records, normalize, record_texts
 from .hub import load_hub_rows
 from .packing import mark_for_packing, plan_packing
@@ -93,7 +94,7 @@ def build_train_data(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase, max_l
         examples = tok.examples
         report = dataclasses.asdict(tok.report) if dataclasses.is_dataclass(tok.report) else dict(tok.report)
     if not examples:
-        raise EngineError(f"No usable training examples in {cfg.dataset}: every row was dropped (see the data report).")
+        raise EngineError(key="error.data.all_dropped", dataset=display_name(cfg.dataset))
     if cfg.eval_dataset:  # a separate eval set replaces the held-out fraction
         evals, eval_info = _eval_examples(cfg, tokenizer, max_len, chunked=chunked)
         train = examples

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, Phrase
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
@@ -71,17 +71,16 @@ def column_keys(cfg: TrainConfig, recordset: RecordSet, rows: Sequence[int]) -> 
     values, unit, found = raw_column(cfg, column)
     where = recordset.summary().split(" from ", 1)[-1]
     if not values:
-        shown = ", ".join(repr(c) for c in found[:20]) or "none"
-        raise DataError(f"Curriculum 'column': {where} has no column {column!r} (set 'Difficulty column'). Columns found: {shown}.")
+        shown = ", ".join(repr(c) for c in found[:20]) or "—"
+        raise DataError(key="error.curriculum.no_column", where=where, column=column, found=shown)
     keys = []
     for number in rows:
         if number not in values:
-            raise DataError(f"Curriculum 'column': {unit} {number} of {where} has no {column!r} value; every row needs a number there.")
+            raise DataError(key="error.curriculum.no_value", where=where, column=column, row=number, unit=Phrase(f"text.unit.{unit}"))
         key = _number(values[number])
         if key is None:
-            raise DataError(
-                f"Curriculum 'column': column {column!r} must hold numbers, but {unit} {number} of {where} has {values[number]!r}."
-            )
+            raise DataError(key="error.curriculum.not_number", where=where, column=column, row=number, unit=Phrase(f"text.unit.{unit}"),
+                            value=str(values[number])[:80])
         keys.append(key)
     return keys
 
@@ -102,7 +101,7 @@ def curriculum_keys(
         return [float(len(e["input_ids"])) for e in examples]
     rows = kept_rows(recordset, report)
     if len(rows) != len(examples):  # cannot happen with tokenize_records; guard the alignment anyway
-        raise DataError(f"Curriculum 'column': {len(examples)} examples but {len(rows)} kept rows; cannot match them.")
+        raise DataError(key="error.curriculum.mismatch", examples=len(examples), rows=len(rows))
     return column_keys(cfg, recordset, rows)
 
 

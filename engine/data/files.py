@@ -16,7 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
+from ..errors import DataError, Phrase
+from ..refs import shown_file_name
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
 BUILTIN_FILES: dict[str, str] = {
@@ -49,9 +50,11 @@ MAX_COLUMNS = 1_000
 MAX_PARQUET_BYTES = 1024 * 1024 * 1024
 
 
-def _too_many_rows(name: str, n: int | str) -> DataError:
-    return DataError(f"{name} has {n} rows; at most {MAX_FILE_ROWS:,} are read. Upload a sample of it (a few thousand rows are plenty "
-                     "for a LoRA fine-tune).")
+def _too_many_rows(name: str, n: int | None = None) -> DataError:
+    """`n` rows (None: more than the cap, where the parser stopped)."""
+    if n is None:
+        return DataError(key="error.data.too_many_rows_more", file=name, max=MAX_FILE_ROWS)
+    return DataError(key="error.data.too_many_rows", file=name, n=n, max=MAX_FILE_ROWS)
 
 
 class BadRow(Exception):
@@ -65,86 +68,77 @@ def read_rows(source: str) -> tuple[list[tuple[int, Any]], str, str]:
     the columns of the detected format; engine/data/curriculum.py reads a difficulty column from here).
     """
     path = _resolve(source)
+    name = display_name(source)
     kind = EXTENSIONS[path.suffix.lower()]
     if kind == "parquet":
         raw, unit = _read_parquet(path), "row"
     else:
         text = read_text(path, check_lines=kind != "json")
         if kind == "jsonl":
-            raw, unit = parse_jsonl(text, path.name)
+            raw, unit = parse_jsonl(text, name)
         elif kind == "json":
-            raw, unit = _parse_json(text, path.name)
+            raw, unit = _parse_json(text, name)
         elif kind == "csv":
             delimiter = "\t" if path.suffix.lower() == ".tsv" else None
-            raw, unit = parse_csv(text, path.name, delimiter), "row"
+            raw, unit = parse_csv(text, name, delimiter), "row"
         else:
             raw, unit = _parse_txt(text), "line"
     if not raw:
-        raise DataError(f"{path.name} has no rows. Add at least one sample.")
-    return raw, unit, path.name
+        raise DataError(key="error.data.no_rows", file=name)
+    return raw, unit, name
 
 
 def display_name(source: str) -> str:
-    """How a source is named in messages: ``builtin:``/``hub:`` references as they are, files by their name."""
-    return source if source.startswith(("builtin:", "hub:")) else Path(source).name
+    """How a source is named in messages: ``builtin:``/``hub:`` references as they are, files by their name (an
+    upload's without the hash prefix it is kept under)."""
+    return source if source.startswith(("builtin:", "hub:")) else shown_file_name(source)
 
 
 def _resolve(source: str) -> Path:
     source = (source or "").strip()
     if not source:
-        raise DataError("No dataset given. Choose a built-in sample or upload a file.")
+        raise DataError(key="error.data.no_dataset")
     if source.startswith("builtin:"):
         if source not in BUILTIN_FILES:
-            raise DataError(f"Unknown built-in dataset {source!r}. Available: {', '.join(BUILTIN_FILES)}.")
+            raise DataError(key="error.data.unknown_builtin", name=source, available=", ".join(BUILTIN_FILES))
         return SAMPLES_DIR / BUILTIN_FILES[source]
     path = Path(source)
+    name = shown_file_name(path)
     suffix = path.suffix.lower()
     if suffix not in EXTENSIONS:
-        hint = " Excel workbooks: save as 'CSV UTF-8' first." if suffix in (".xlsx", ".xls", ".ods") else ""
-        raise DataError(
-            f"{path.name}: unsupported file type {suffix or '(no extension)'!r}. "
-            f"Use one of: {', '.join(EXTENSIONS)}.{hint}"
-        )
+        key = "error.data.file_type_excel" if suffix in (".xlsx", ".xls", ".ods") else "error.data.file_type" if suffix else "error.data.no_extension"
+        raise DataError(key=key, file=name, suffix=suffix, allowed=", ".join(EXTENSIONS))
     if not path.exists():
-        raise DataError(f"Dataset file not found: {path.name}. Upload it again.")
+        raise DataError(key="error.data.not_found", file=name)
     if not path.is_file():
-        raise DataError(f"{path.name} is not a file.")
+        raise DataError(key="error.data.not_a_file", file=name)
     size = path.stat().st_size
     if size == 0:
-        raise DataError(f"{path.name} is empty (0 bytes).")
+        raise DataError(key="error.data.empty", file=name)
     if size > MAX_FILE_BYTES:
-        raise DataError(
-            f"{path.name} is {size / 2**20:.0f} MB; the limit is {MAX_FILE_BYTES // 2**20} MB. "
-            "Use a sample of the data (a few thousand rows are plenty for a LoRA fine-tune)."
-        )
+        raise DataError(key="error.data.too_big", file=name, mb=round(size / 2**20), limit=MAX_FILE_BYTES // 2**20)
     return path
 
 
 def read_text(path: Path, *, check_lines: bool) -> str:
     """Bytes -> str with the checks a person needs to hear about: binary, encoding, huge lines."""
     data = path.read_bytes()
+    name = shown_file_name(path)
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise DataError(f"{path.name} is encoded as UTF-16. Re-save it as UTF-8.")
+        raise DataError(key="error.data.utf16", file=name)
     if b"\x00" in data[:65536]:
-        raise DataError(
-            f"{path.name} looks like a binary file, not text (it contains NUL bytes). "
-            f"Upload a text file ({', '.join(e for e in EXTENSIONS if e != '.parquet')}) or a .parquet file."
-        )
+        raise DataError(key="error.data.binary", file=name, text_types=", ".join(e for e in EXTENSIONS if e != ".parquet"))
     # utf-8-sig when there is a byte-order mark (Excel and Notepad write one), otherwise strict utf-8
     encoding = "utf-8-sig" if data.startswith(b"\xef\xbb\xbf") else "utf-8"
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
-        raise DataError(
-            f"{path.name} is not UTF-8 text: byte 0x{data[err.start]:02x} on line {line} cannot be decoded. "
-            "It was probably saved as Latin-1/Windows-1252 (common for CSV exported by Excel). "
-            "Re-save it as UTF-8 (Excel: 'CSV UTF-8'; text editors: 'Save with encoding UTF-8')."
-        ) from None
+        raise DataError(key="error.data.not_utf8", file=name, byte=f"0x{data[err.start]:02x}", line=line) from None
     if not text.strip():
-        raise DataError(f"{path.name} is empty (only whitespace).")
+        raise DataError(key="error.data.whitespace", file=name)
     if check_lines:
-        _check_line_lengths(data, path.name)
+        _check_line_lengths(data, name)
     return text
 
 
@@ -154,10 +148,8 @@ def _check_line_lengths(data: bytes, name: str) -> None:
         end = data.find(b"\n", start)
         end = len(data) if end < 0 else end
         if end - start > MAX_LINE_BYTES:
-            raise DataError(
-                f"{name}: line {line} is {(end - start) / 2**20:.1f} MB; the limit is "
-                f"{MAX_LINE_BYTES // 2**20} MB per line. Split very long samples or check the line endings."
-            )
+            raise DataError(key="error.data.long_line", file=name, line=line, mb=round((end - start) / 2**20, 1),
+                            limit=MAX_LINE_BYTES // 2**20)
         start, line = end + 1, line + 1
 
 
@@ -174,17 +166,13 @@ def parse_jsonl(text: str, name: str, *, allow_array: bool = True) -> tuple[list
         if not line.strip():
             continue
         if len(rows) >= MAX_FILE_ROWS:  # stop at the cap: nothing past it is parsed
-            raise _too_many_rows(name, f"more than {MAX_FILE_ROWS:,}")
+            raise _too_many_rows(name)
         try:
             rows.append((number, json.loads(line)))
         except json.JSONDecodeError as err:
-            raise DataError(
-                f"{name}: line {number} is not valid JSON ({err.msg} at column {err.colno}). "
-                'Each line of a .jsonl file must be one JSON object, e.g. {"instruction": "...", "output": "..."}.'
-            ) from None
+            raise DataError(key="error.data.jsonl_line", file=name, line=number, column=err.colno, why=err.msg) from None
         except RecursionError:
-            raise DataError(f"{name}: line {number} is nested too deeply (JSON objects or lists inside each other thousands of "
-                            "levels deep); a sample is a flat object such as {\"instruction\": \"...\", \"output\": \"...\"}.") from None
+            raise DataError(key="error.data.json_deep", file=name, line=number) from None
     return rows, "line"
 
 
@@ -194,9 +182,9 @@ def _parse_json(text: str, name: str) -> tuple[list[tuple[int, Any]], str]:
     except json.JSONDecodeError as err:
         if err.msg == "Extra data":  # several values one after another: JSON Lines with a .json name
             return parse_jsonl(text, name, allow_array=False)
-        raise DataError(f"{name}: invalid JSON on line {err.lineno}, column {err.colno} ({err.msg}).") from None
+        raise DataError(key="error.data.json_invalid", file=name, line=err.lineno, column=err.colno, why=err.msg) from None
     except RecursionError:
-        raise DataError(f"{name}: line 1: the JSON is nested too deeply (thousands of levels) to be a dataset.") from None
+        raise DataError(key="error.data.json_deep", file=name, line=1) from None
     if isinstance(data, dict):
         lists = {k: v for k, v in data.items() if isinstance(v, list)}
         if isinstance(data.get("data"), list):
@@ -204,15 +192,18 @@ def _parse_json(text: str, name: str) -> tuple[list[tuple[int, Any]], str]:
         elif len(lists) == 1:
             data = next(iter(lists.values()))
         else:
-            raise DataError(
-                f'{name}: expected a list of objects or {{"data": [...]}}; found an object with keys '
-                f"{', '.join(map(repr, list(data)[:10]))}."
-            )
+            raise DataError(key="error.data.json_object", file=name, keys=", ".join(map(repr, list(data)[:10])))
     if not isinstance(data, list):
-        raise DataError(f'{name}: expected a list of objects or {{"data": [...]}}, found {type(data).__name__}.')
+        raise DataError(key="error.data.json_not_list", file=name, found=_json_kind(data))
     if len(data) > MAX_FILE_ROWS:
-        raise _too_many_rows(name, f"{len(data):,}")
+        raise _too_many_rows(name, len(data))
     return list(enumerate(data, start=1)), "item"
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (a person's file never holds a Python `dict` or `str`)."""
+    names = {dict: "object", list: "array", str: "string", bool: "true/false", type(None): "null", int: "number", float: "number"}
+    return names.get(type(value), "value")
 
 
 def parse_csv(text: str, name: str, delimiter: str | None = None) -> list[tuple[int, Any]]:
@@ -225,21 +216,21 @@ def parse_csv(text: str, name: str, delimiter: str | None = None) -> list[tuple[
     csv.field_size_limit(MAX_LINE_BYTES)
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
     if not reader.fieldnames or not any((f or "").strip() for f in reader.fieldnames):
-        raise DataError(f"{name}: the first line must be a header naming the columns (e.g. instruction,output).")
+        raise DataError(key="error.data.csv_header", file=name)
     width = len(reader.fieldnames)
     if width > MAX_COLUMNS:
-        raise DataError(f"{name}: the header has {width:,} columns; at most {MAX_COLUMNS:,} are read.")
+        raise DataError(key="error.data.too_many_columns", file=name, n=width, max=MAX_COLUMNS)
     rows: list[tuple[int, Any]] = []
     try:
         for number, row in enumerate(reader, start=1):
             if len(rows) >= MAX_FILE_ROWS:  # stop at the cap: nothing past it is parsed
-                raise _too_many_rows(name, f"more than {MAX_FILE_ROWS:,}")
+                raise _too_many_rows(name)
             if None in row:  # more cells than header columns: a stray delimiter or an unquoted field
-                rows.append((number, BadRow(f"{width + len(row[None])} cells for {width} columns")))
+                rows.append((number, BadRow(Phrase("text.row.cells", cells=width + len(row[None]), columns=width))))
             elif any(v not in (None, "") for v in row.values()):
                 rows.append((number, row))
     except csv.Error as err:
-        raise DataError(f"{name}: malformed CSV near line {reader.line_num}: {err}.") from None
+        raise DataError(key="error.data.csv_malformed", file=name, line=reader.line_num, why=str(err)) from None
     return rows
 
 
@@ -277,29 +268,29 @@ def _read_parquet(path: Path) -> list[tuple[int, Any]]:
     try:
         import pyarrow.parquet as pq
     except ImportError:  # pragma: no cover - pyarrow comes with datasets
-        raise DataError("Reading .parquet files needs the 'pyarrow' package. Upload .jsonl or .csv instead.") from None
+        raise DataError(key="error.data.needs_pyarrow") from None
+    name = shown_file_name(path)
     try:
         pfile = pq.ParquetFile(path)
         meta = pfile.metadata
     except Exception as err:  # pyarrow raises several unrelated types for a corrupt file
-        raise DataError(f"{path.name} is not a readable Parquet file ({type(err).__name__}).") from None
+        raise DataError(key="error.data.parquet_unreadable", file=name, kind=type(err).__name__) from None
     # Sized from the file's metadata before any row is read: rows, columns and the uncompressed bytes.
     if meta.num_columns > MAX_COLUMNS:
-        raise DataError(f"{path.name} has {meta.num_columns:,} columns; at most {MAX_COLUMNS:,} are read.")
+        raise DataError(key="error.data.too_many_columns", file=name, n=meta.num_columns, max=MAX_COLUMNS)
     if meta.num_rows > MAX_FILE_ROWS:
-        raise _too_many_rows(path.name, f"{meta.num_rows:,}")
+        raise _too_many_rows(name, meta.num_rows)
     unpacked = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     if unpacked > MAX_PARQUET_BYTES:
-        raise DataError(f"{path.name} holds {unpacked / 2**30:.1f} GiB once uncompressed; the limit is {MAX_PARQUET_BYTES // 2**30} GiB. "
-                        "Upload a sample of it.")
+        raise DataError(key="error.data.parquet_unpacked", file=name, gib=round(unpacked / 2**30, 1), limit=MAX_PARQUET_BYTES // 2**30)
     rows: list[tuple[int, Any]] = []
     try:
         for batch in pfile.iter_batches(batch_size=4096):
             rows.extend(enumerate(batch.to_pylist(), start=len(rows) + 1))
             if len(rows) > MAX_FILE_ROWS:  # metadata can lie: stop at the cap all the same
-                raise _too_many_rows(path.name, f"more than {MAX_FILE_ROWS:,}")
+                raise _too_many_rows(name)
     except DataError:
         raise
     except Exception as err:  # noqa: BLE001 - a corrupt page: a message, never a traceback
-        raise DataError(f"{path.name}: row {len(rows) + 1} cannot be read ({type(err).__name__}).") from None
+        raise DataError(key="error.data.parquet_row", file=name, row=len(rows) + 1, kind=type(err).__name__) from None
     return rows

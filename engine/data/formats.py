@@ -23,16 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import DataError
+from ..errors import DataError, Phrase, dropped_reasons
 from ..refs import COLUMN_TARGETS
 from .files import BadRow, display_name, read_rows
 
 Format = Literal["text", "instruction", "prompt_completion", "chat"]
 
-EXPECTED_COLUMNS = (
-    "'text' (plain text); 'instruction' + 'output' (optional 'input'); 'prompt' + 'completion'; "
-    "'messages' (a list of {role, content}) or 'conversations' (a list of {from, value})"
-)
 # format -> alternative sets of columns that identify it, in order of preference when a file has several
 FORMAT_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "chat": (("messages",), ("conversations",)),
@@ -145,13 +141,13 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
     rows: list[tuple[int, dict[str, Any]]] = []
     for number, row in raw:
         if isinstance(row, BadRow):
-            dropped.append((number, str(row)))
+            dropped.append((number, row.args[0]))  # the reason (a Phrase: English as text, any language when rendered)
         elif isinstance(row, str):  # a list of strings is a plain-text dataset
             rows.append((number, {"text": row}))
         elif isinstance(row, dict):
             rows.append((number, _lower_keys(row)))
         else:
-            dropped.append((number, f"not an object (found {type(row).__name__})"))
+            dropped.append((number, Phrase("text.row.not_object", found=type(row).__name__)))
     counts = Counter(key for _, row in rows for key in row)
     columns = [key for key, _ in counts.most_common()]
     notes: list[str] = []
@@ -160,7 +156,7 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
     else:
         fmt = _detect_format([row for _, row in rows])
         if fmt is None:
-            raise DataError(no_format_message(name, columns))
+            raise no_format_error(name, columns)
         note = ambiguity_note([row for _, row in rows], fmt)
         notes = [note] if note else []
     normalizer = _NORMALIZERS[fmt]
@@ -170,11 +166,11 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
             records.append(normalizer(row))
             kept_rows.append(number)
         except BadRow as why:
-            dropped.append((number, str(why)))
+            dropped.append((number, why.args[0]))
     dropped.sort()
     if not records:
-        reasons = "; ".join(f"{unit} {n}: {why}" for n, why in dropped[:5])
-        raise DataError(f"{name}: none of the {len(raw)} rows can be used as {fmt} data ({reasons}).")
+        reasons = dropped_reasons(dropped, unit)
+        raise DataError(key="error.data.no_usable_rows", file=name, n=len(raw), format=fmt, reasons=reasons)
     return RecordSet(records, fmt, source, dropped, kept_rows, unit, columns, notes)
 
 
@@ -183,10 +179,10 @@ def _as_text(row: dict[str, Any], key: str, *, required: bool) -> str:
     if value is None or (isinstance(value, float) and value != value):  # None or NaN (pandas/parquet)
         value = ""
     elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise BadRow(f"'{key}' is not text (found {type(value).__name__})")
+        raise BadRow(Phrase("text.row.not_text", key=key, found=type(value).__name__))
     value = str(value)
     if required and not value.strip():
-        raise BadRow(f"empty '{key}'" if key in row else f"missing '{key}'")
+        raise BadRow(Phrase("text.row.empty" if key in row else "text.row.missing", key=key))
     return value
 
 
@@ -214,7 +210,7 @@ def _norm_prompt_completion(row: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, list):  # conversational prompt/completion (TRL style)
             record[key] = _norm_messages(value, need_assistant=role == "assistant", trim=False)
             if not record[key]:
-                raise BadRow(f"empty '{key}'")
+                raise BadRow(Phrase("text.row.empty", key=key))
         else:
             record[key] = _as_text(row, key, required=True)
     return record
@@ -227,9 +223,9 @@ def _norm_chat(row: dict[str, Any]) -> dict[str, Any]:
         try:
             value = json.loads(value)
         except (json.JSONDecodeError, RecursionError):
-            raise BadRow(f"'{key}' is text, not a list of messages") from None
+            raise BadRow(Phrase("text.row.text_not_messages", key=key)) from None
     if not isinstance(value, list) or not value:
-        raise BadRow(f"'{key}' must be a non-empty list of messages")
+        raise BadRow(Phrase("text.row.no_messages", key=key))
     return {"messages": _norm_messages(value, need_assistant=True, trim=True)}
 
 
@@ -237,19 +233,19 @@ def _norm_messages(messages: list[Any], *, need_assistant: bool, trim: bool) -> 
     out: list[dict[str, str]] = []
     for turn, message in enumerate(messages, start=1):
         if not isinstance(message, dict):
-            raise BadRow(f"message {turn} is not an object")
+            raise BadRow(Phrase("text.row.message_not_object", turn=turn))
         message = _lower_keys(message)
         role_raw = message.get("role", message.get("from"))
         role = ROLE_ALIASES.get(str(role_raw).strip().lower()) if role_raw is not None else None
         if role is None:
-            raise BadRow(f"message {turn} has unknown role {role_raw!r} (expected system, user or assistant)")
+            raise BadRow(Phrase("text.row.unknown_role", turn=turn, role=str(role_raw)))
         content = _flatten_content(message.get("content", message.get("value")))
         if content is None:
-            raise BadRow(f"message {turn} has no text content")
+            raise BadRow(Phrase("text.row.no_content", turn=turn))
         if not content.strip():
             if role == "system":
                 continue
-            raise BadRow(f"message {turn} ({role}) is empty")
+            raise BadRow(Phrase("text.row.empty_message", turn=turn, role=role))
         out.append({"role": role, "content": content})
     if trim:
         # trailing user turns have nothing to learn from; a leading assistant turn (a canned greeting)
@@ -259,7 +255,7 @@ def _norm_messages(messages: list[Any], *, need_assistant: bool, trim: bool) -> 
         first_user = next((i for i, m in enumerate(out) if m["role"] == "user"), len(out))
         out = [m for i, m in enumerate(out) if i >= first_user or m["role"] == "system"]
     if need_assistant and not any(m["role"] == "assistant" for m in out):
-        raise BadRow("no assistant message")
+        raise BadRow(Phrase("text.row.no_assistant"))
     return out
 
 
@@ -331,11 +327,8 @@ def apply_columns(
     """
     missing = [s for s in mapping.values() if s not in found]
     if missing:
-        raise MappedColumnsMissing(
-            f"{name}: the column mapping names {', '.join(map(repr, missing))}, which "
-            f"{'is not a column' if len(missing) == 1 else 'are not columns'} of this data. "
-            f"Columns found: {_listing(found)}."
-        )
+        raise MappedColumnsMissing(key="error.data.mapped_missing_one" if len(missing) == 1 else "error.data.mapped_missing",
+                                   file=name, missing=", ".join(map(repr, missing)), found=_listing(found))
     sources = set(mapping.values())
     out = []
     for number, row in rows:
@@ -348,22 +341,18 @@ def apply_columns(
     sample = [row for _, row in out[:500]]
     if not any(all(k in row for k in keys) for row in sample for keys in FORMAT_KEYS[fmt]):
         need = " or ".join(" + ".join(keys) for keys in FORMAT_KEYS[fmt])
-        raise DataError(
-            f"{name}: the column mapping makes {fmt} data, which needs {need}, but the mapped rows have "
-            f"{_listing(sorted({k for row in sample for k in row}))}. Map the missing target too, e.g. {suggest_mapping(found)!r}."
-        )
+        raise DataError(key="error.data.mapping_incomplete", file=name, format=fmt, need=need,
+                        have=_listing(sorted({k for row in sample for k in row})), example=suggest_mapping(found))
     return out, fmt
 
 
-def no_format_message(name: str, columns: list[str]) -> str:
+def no_format_error(name: str, columns: list[str]) -> DataError:
     """The error when no format is recognized: the columns found and a mapping to type, with their names."""
-    return (
-        f"{name}: no recognizable columns. Found: {_listing(columns) or 'none'}. Expected one of: {EXPECTED_COLUMNS}. "
-        f"Or map your columns in 'Column mapping' (--columns), e.g. {suggest_mapping(columns)!r}."
-    )
+    return DataError(key="error.data.no_format" if columns else "error.data.no_format_none", file=name, found=_listing(columns),
+                     example=suggest_mapping(columns))
 
 
-def ambiguity_note(rows: list[dict[str, Any]], chosen: str) -> str | None:
+def ambiguity_note(rows: list[dict[str, Any]], chosen: str) -> Phrase | None:
     """A note when the columns fit several formats (the most structured one was used)."""
     fits = [fmt for fmt, alts in FORMAT_KEYS.items() if any(all(k in r for k in keys) for r in rows[:500] for keys in alts)]
     if len(fits) < 2:
@@ -371,8 +360,7 @@ def ambiguity_note(rows: list[dict[str, Any]], chosen: str) -> str | None:
     other = next(f for f in fits if f != chosen)
     example = {"text": "text=text", "instruction": "instruction=instruction, output=output", "prompt_completion": "prompt=prompt, completion=completion",
                "chat": "messages=messages"}[other]
-    return (f"The columns fit several formats ({', '.join(fits)}); {chosen} was used. "
-            f"To use another, set the column mapping, e.g. {example!r}.")
+    return Phrase("text.note.ambiguous", formats=", ".join(fits), chosen=chosen, example=example)
 
 
 def suggest_mapping(columns: list[str]) -> str:
@@ -398,5 +386,5 @@ def suggest_mapping(columns: list[str]) -> str:
 
 def _listing(columns: list[str]) -> str:
     shown = ", ".join(repr(c) for c in columns[:20])
-    return shown + (f" and {len(columns) - 20} more" if len(columns) > 20 else "")
+    return shown + (f" (+{len(columns) - 20})" if len(columns) > 20 else "")  # no words: shown in either language
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import dropped_reasons, for_people
 from ..i18n import fmt_number, t
 from .files import BadRow, display_name
 from .formats import RecordSet, record_texts
@@ -69,7 +70,7 @@ def preview(
                 record, recordset.format, tokenizer, max_seq_len, train_on_prompt, too_long
             )
         except BadRow as why:
-            item["dropped"] = str(why)
+            item["dropped"] = why.args[0]  # a Phrase (English as text; inspect_records renders it in the page's language)
             items.append(item)
             continue
         item.update(
@@ -108,7 +109,7 @@ def report_text(rep: DataReport, lang: str = "en") -> str:
     if rep.truncated:
         parts.append(t("finetune.check.truncated", lang, n=fmt_number(rep.truncated, lang)))
     if rep.dropped:
-        first = "; ".join(f"{rep.unit} {n}: {why}" for n, why in rep.dropped[:3])
+        first = "; ".join(r.render(lang) for r in dropped_reasons(rep.dropped, rep.unit, 3))
         parts.append(t("finetune.check.dropped", lang, n=fmt_number(len(rep.dropped), lang), first=first + ("; ..." if len(rep.dropped) > 3 else "")))
     return ", ".join(parts)
 
@@ -132,7 +133,7 @@ def inspect_records(
 ) -> DataInspection:
     """Preview + validation report of a run's training `records` (and eval records, or None) for `cfg`'s sequence
     length and masking, tokenized with `tokenizer` (described by `which` in the summary), in `lang`."""
-    notes = "".join(f"\n\n⚠ {n}" for n in records.notes)
+    notes = "".join(f"\n\n⚠ {for_people(n, lang)}" for n in records.notes)
     eval_line = ("\n\n" + t("finetune.check.eval_set", lang, records=records_text(evals, lang)) if evals is not None
                  else "\n\n" + t("finetune.check.eval_fraction", lang, pct=fmt_number(round(100 * cfg.eval_fraction), lang)) if cfg.eval_fraction > 0 else "")
     if records.format == "text" or cfg.method == "scratch":
@@ -141,7 +142,7 @@ def inspect_records(
                     tokens=fmt_number(n_tok, lang), blocks=fmt_number(max(1, n_tok // cfg.max_seq_len), lang), which=which)
         rows = [{"row": r, "text": t_[:500], "n_tokens": len(tokenizer(t_)["input_ids"]), "n_trainable": None}
                 for r, t_ in list(zip(records.rows, record_texts(records), strict=True))[:n_preview]]
-        return DataInspection(summary + eval_line + notes, rows, [], [[n, why] for n, why in records.dropped])
+        return DataInspection(summary + eval_line + notes, rows, [], [[n, for_people(why, lang)] for n, why in records.dropped])
     tok = tokenize_records(records, tokenizer, cfg.max_seq_len, train_on_prompt=cfg.train_on_prompt, too_long=cfg.too_long)
     rep = tok.report
     summary = t("finetune.check.summary", lang, format=records.format, source=display_name(records.source), report=report_text(rep, lang),
@@ -150,8 +151,11 @@ def inspect_records(
                 loss_on=t("finetune.check.loss_all" if cfg.train_on_prompt else "finetune.check.loss_responses", lang), which=which)
     summary += " · " + step_summary(cfg, tok.examples, lang)
     hist = [{"tokens": k, "rows": v} for k, v in rep.length_histogram.items()]
-    dropped = [[n, why] for n, why in list(records.dropped) + list(rep.dropped)]
+    dropped = [[n, for_people(why, lang)] for n, why in list(records.dropped) + list(rep.dropped)]
     shown = preview(records, tokenizer, cfg.max_seq_len, n_preview, train_on_prompt=cfg.train_on_prompt, too_long=cfg.too_long)
+    for item in shown:
+        if item.get("dropped") is not None:
+            item["dropped"] = for_people(item["dropped"], lang)
     return DataInspection(summary + eval_line + notes, shown, hist, dropped)
 
 

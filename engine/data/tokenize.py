@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, Phrase, dropped_reasons
 from .files import BadRow, display_name
 from .formats import Format, RecordSet, to_messages
 
@@ -106,14 +106,14 @@ def tokenize_records(
                 record, recordset.format, tokenizer, max_seq_len, train_on_prompt, too_long
             )
         except BadRow as why:
-            dropped.append((number, str(why)))
+            dropped.append((number, why.args[0]))  # a Phrase: rendered in the reader's language by the data check
             continue
         truncated += was_cut
         examples.append({"input_ids": ids, "labels": labels, "attention_mask": [1] * len(ids)})
     dropped.sort()
     if not examples:
-        reasons = "; ".join(f"{recordset.unit} {n}: {why}" for n, why in dropped[:5])
-        raise DataError(f"No usable rows left in {display_name(recordset.source)} after tokenization ({reasons}).")
+        reasons = dropped_reasons(dropped, recordset.unit)
+        raise DataError(key="error.data.none_after_tokens", file=display_name(recordset.source), reasons=reasons)
     report = _report(examples, dropped, len(recordset.records) + len(recordset.dropped), truncated, max_seq_len)
     report.unit, report.notes = recordset.unit, notes
     return TokenizedData(examples, report, recordset.format)
@@ -137,7 +137,7 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerBase, fmt: Format) -> list[str
         )
     notes = []
     if tokenizer.eos_token_id is None:
-        notes.append("The tokenizer has no eos token: the model cannot learn where an answer ends.")
+        notes.append(Phrase("text.note.no_eos"))
     return notes
 
 
@@ -158,13 +158,13 @@ def encode_record(
     was_cut = False
     if len(ids) > max_seq_len:
         if too_long == "drop":
-            raise BadRow(f"{len(ids)} tokens, longer than max_seq_len {max_seq_len}")
+            raise BadRow(Phrase("text.row.too_long", n=len(ids), max=max_seq_len))
         ids, labels, was_cut = ids[:max_seq_len], labels[:max_seq_len], True
     # labels are shifted inside the model: position 0 is never a target
     if not any(label != IGNORE_INDEX for label in labels[1:]):
         if was_cut:
-            raise BadRow(f"the prompt alone fills max_seq_len ({max_seq_len} tokens); nothing left to train on")
-        raise BadRow("no tokens to train on")
+            raise BadRow(Phrase("text.row.prompt_fills", max=max_seq_len))
+        raise BadRow(Phrase("text.row.no_tokens"))
     return ids, labels, was_cut
 
 
@@ -194,7 +194,7 @@ def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], 
             messages, add_generation_prompt=generation_prompt, tokenize=True, return_dict=True
         )
     except (TemplateError, ValueError, TypeError) as err:
-        raise BadRow(f"the chat template rejected this conversation: {err}") from None
+        raise BadRow(Phrase("text.row.template", detail=str(err)[:200])) from None
     return list(out["input_ids"])
 
 
@@ -311,7 +311,7 @@ def chunk_corpus(
             batch = []
     stream.extend(_encode_texts(batch, tokenizer))
     if not stream:
-        raise DataError("The corpus has no text to train on.")
+        raise DataError(key="error.data.corpus_empty")
     blocks = []
     for start in range(0, len(stream), block_size):
         block = stream[start : start + block_size]

@@ -117,14 +117,14 @@ def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -
         check_local_model(ref)  # never on a shared app, whatever the caller allowed (engine/sharing.py)
         folder = Path(ref).expanduser()
         if not (folder / "config.json").is_file():
-            raise ConfigError("model", ref, "a model folder (one with a config.json in it)")
+            raise ConfigError("model", ref, allowed_key="error.allowed.model_folder")
         return str(folder.resolve())
     if ref.startswith((BUILTIN_PREFIX, RUN_PREFIX)):
         name = ref.split(":", 1)[1]
         if ref.startswith(RUN_PREFIX) and name.endswith(MERGED_SUFFIX):
             name = name[: -len(MERGED_SUFFIX)]
         if not is_plain_name(name):
-            raise ConfigError("model", ref, "builtin:NAME or run:NAME with a plain name")
+            raise ConfigError("model", ref, allowed_key="error.allowed.plain_ref")
         return ref
     if ref.startswith(("/", "~", ".")) or "\\" in ref or ".." in ref or not HUB_MODEL_ID_RE.match(ref):
         raise KeyedConfigError("model", ref, Msg("estimator.allowed.browser_model"))
@@ -141,13 +141,13 @@ def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path | N
         try:
             check_ui_model_ref(cfg.teacher_model, runs_dir, allow_local=allow_local_models)
         except ConfigError as exc:
-            raise ConfigError("teacher_model", cfg.teacher_model, exc.allowed) from None
+            raise exc.renamed("teacher_model", "TrainConfig") from None
     for name in ("dataset", "eval_dataset"):
         ref = getattr(cfg, name)
         if not ref or ref.startswith(("builtin:", "hub:")):  # hub:owner/name is checked by TrainConfig
             continue
         if upload_dir is None or not Path(ref).resolve().is_relative_to(Path(upload_dir).resolve()):
-            raise ConfigError(name, ref, "a built-in dataset, hub:owner/name or a file uploaded through the form")
+            raise ConfigError(name, ref, allowed_key="error.allowed.uploaded_dataset", owner="TrainConfig")
 
 
 def check_ui_estimator_model(ref: str, upload_dir: Path | None) -> str:

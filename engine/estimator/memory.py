@@ -44,7 +44,7 @@ from .model_config import arch_from_manual, gate, resolve
 from .paging import paged_out_gib, paging_seconds, residency_rows
 from .precision import FLOAT_BYTES, QUANT_DTYPES, PrecisionPlan, precision_plan
 from .sharding import Shares, per_gpu
-from .texts import KeyedConfigError, Msg, term_name, term_what, tier_msg
+from .texts import KeyedConfigError, Msg, change_msg, term_name, term_what, tier_msg
 
 __all__ = [
     "MemoryEstimate", "Suggestion", "estimate", "hardware_tiers", "catalog", "model_choices", "max_batch", "max_seq_len",
@@ -795,6 +795,6 @@ def _combination(query: MemoryQuery, arch: Arch, tier: HardwareTier) -> tuple[in
     if not keys:
         return None
     need, paged = need_gib(q, tier)
-    desc = Msg("estimator.fit.together", changes=", ".join(f"{k}={v}" for k, v in combo.items()))
+    desc = Msg("estimator.fit.together", changes=[change_msg(k, v) for k, v in combo.items()])
     cost = Msg("estimator.fit.costs", costs=list(dict.fromkeys(_COSTS[k][1] for k in keys)))
     return max(_COSTS[k][0] for k in keys), need + paged, Suggestion(desc, combo, round(need, 3), cost, 0, tier_verdict(q, tier))

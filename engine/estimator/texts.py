@@ -94,3 +94,16 @@ class KeyedConfigError(ConfigError):
 def model_error(key: str, /, **params: Any) -> ModelLoadError:
     """A ModelLoadError with a language key (`estimator.error.*`)."""
     return ModelLoadError(key=key, **params)
+
+
+def change_msg(name: str, value: Any) -> Msg:
+    """One change of a suggestion in words ("Optimizer: adamw-8bit", "Task: QLoRA", "Double quant: on"), never
+    `task=qlora`: the field's label and the value's name where the language files have them."""
+    if isinstance(value, bool):
+        shown: Any = Msg(f"text.value.{str(value).lower()}")
+    elif f"text.choice.MemoryQuery.{name}.{value}" in i18n.strings(i18n.DEFAULT):
+        shown = Msg(f"text.choice.MemoryQuery.{name}.{value}")
+    else:
+        shown = value
+    label = f"field.MemoryQuery.{name}.label"
+    return Msg("text.fit_change", field=Msg(label) if label in i18n.strings(i18n.DEFAULT) else name, value=shown)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ..config import GgufSettings
-from ..errors import EngineError
+from ..errors import EngineError, Phrase
 from ..refs import BUILTIN_PREFIX, MERGED_SUFFIX, RUN_PREFIX
 from .gguf import GgufResult, export_gguf, gguf_support
 from .merge import zip_export
@@ -28,7 +28,7 @@ def _split_ref(ref: str) -> tuple[str, str]:
     """('builtin' | 'run', name) of builtin:NAME, run:NAME, run:NAME/merged or a bare run name."""
     ref = (ref or "").strip()
     if not ref:
-        raise EngineError("Pick a finished run (or a built-in model) to export to GGUF.")
+        raise EngineError(key="error.export.pick_run")
     if ref.startswith(BUILTIN_PREFIX):
         return "builtin", ref[len(BUILTIN_PREFIX):]
     if ref.startswith(RUN_PREFIX):
@@ -43,10 +43,10 @@ def _finished_run(runs_dir: Path, name: str) -> Path:
 
     run_dir = run_path(Path(runs_dir), name)
     if not (run_dir / "config.yaml").exists() and not (run_dir / "events.jsonl").exists():
-        raise EngineError(f"There is no run {name!r} to export.")
+        raise EngineError(key="error.export.no_run", run=name)
     summary, _ = run_events(run_dir)
     if summary.state != "finished":
-        raise EngineError(f"Run {name!r} is {summary.state}, not finished: only a finished run has a final model to export.")
+        raise EngineError(key="error.export.unfinished", run=name, state=Phrase(f"finetune.state.{summary.state}"))
     return run_dir
 
 
@@ -62,19 +62,18 @@ def gguf_source(ref: str, runs_dir: Path, *, merge: bool = True) -> tuple[Path, 
     if kind == "builtin":
         folder = builtin_weights_dir(name, runs_dir)
         if folder is None:
-            raise EngineError(f"The built-in model {name!r} has not been pretrained yet: `python -m engine prepare-builtin {name}` "
-                              "(or start any run on it) first.")
+            raise EngineError(key="error.export.builtin_not_pretrained", name=name)
         return folder, name
     run_dir = _finished_run(runs_dir, name)
     if (run_dir / "model" / "config.json").exists():
         return run_dir / "model", name
     adapter, merged = run_dir / "adapter", run_dir / "merged"
     if not (adapter / "adapter_config.json").exists():
-        raise EngineError(f"Run {name!r} has neither a model/ nor an adapter/ folder: nothing to export.")
+        raise EngineError(key="error.export.nothing", run=name)
     fresh = (merged / "config.json").exists() and _newest_mtime(merged) >= _newest_mtime(adapter)
     if not fresh:
         if not merge:
-            raise EngineError(f"Run {name!r} is a LoRA adapter: merge it first (Merge adapter, or `python -m engine merge {name}`).")
+            raise EngineError(key="error.export.merge_first", run=name)
         from .merge import merge_adapter
 
         merge_adapter(run_dir, runs_dir=runs_dir)

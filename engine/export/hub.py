@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import ConfigError, HubError
+from ..errors import ConfigError, HubError, Phrase
 from .card import HUB_URL, model_card, public_ref, read_run_config, run_events
 
 log = logging.getLogger(__name__)
@@ -75,12 +75,9 @@ def resolve_token(token: str | None = None, *, use_env: bool = True) -> str:
     if not value and use_env:
         value = os.environ.get("HF_TOKEN", "").strip()
     if not value:
-        where = "set HF_TOKEN in the environment or type it when asked" if use_env else "paste it in the token field"
-        raise HubError("A Hugging Face access token with write permission is needed to push "
-                       f"(create one at {HUB_URL}/settings/tokens): {where}.")
+        raise HubError(key="error.push.no_token_env" if use_env else "error.push.no_token_field", url=f"{HUB_URL}/settings/tokens")
     if any(c.isspace() for c in value) or not value.isprintable():
-        raise HubError("The Hugging Face token contains spaces or invisible characters: copy it again from "
-                       f"{HUB_URL}/settings/tokens.")
+        raise HubError(key="error.push.token_chars", url=f"{HUB_URL}/settings/tokens")
     return value
 
 
@@ -99,11 +96,11 @@ def push_source(run_dir: Path, what: str | None = None) -> tuple[str, Path]:
     run_dir = Path(run_dir)
     name = run_dir.name
     if not (run_dir / "config.yaml").exists() and not (run_dir / "events.jsonl").exists():
-        raise HubError(f"There is no run {name!r} to push.")
+        raise HubError(key="error.push.no_run", run=name)
     summary, _ = run_events(run_dir)
     if summary.state != "finished":
-        raise HubError(f"Run {name!r} is {summary.state}, not finished: only a finished run has a final adapter or model "
-                       "to push" + (" (resume it first)." if summary.resumable or summary.restartable else "."))
+        raise HubError(key="error.push.unfinished_resumable" if summary.resumable or summary.restartable else "error.push.unfinished", run=name,
+                       state=Phrase(f"finetune.state.{summary.state}"))
     has_adapter = (run_dir / "adapter" / "adapter_config.json").exists()
     has_model = (run_dir / "model" / "config.json").exists()
     if what is None or what == "":
@@ -112,28 +109,25 @@ def push_source(run_dir: Path, what: str | None = None) -> tuple[str, Path]:
         raise ConfigError("what", what, "adapter, merged or model")
     if what == "adapter":
         if has_model:
-            raise HubError(f"Run {name!r} trained every weight: it has no LoRA adapter, push its model instead (what = model).")
+            raise HubError(key="error.push.full_no_adapter", run=name)
         if not has_adapter:
-            raise HubError(f"Run {name!r} has no adapter/ folder (adapter_config.json missing): nothing to push.")
+            raise HubError(key="error.push.no_adapter_folder", run=name)
         return what, run_dir / "adapter"
     if what == "merged":
         if has_model:
-            raise HubError(f"Run {name!r} trained every weight: there is nothing to merge, push its model instead (what = model).")
+            raise HubError(key="error.push.full_no_merge", run=name)
         if not has_adapter:
-            raise HubError(f"Run {name!r} has no LoRA adapter, so no merged model.")
+            raise HubError(key="error.push.no_adapter_no_merge", run=name)
         merged = run_dir / "merged"
         if not (merged / "config.json").exists():
-            raise HubError(f"Run {name!r} has not been merged yet: merge it first (Fine-tune → 'Merge adapter into a 16-bit "
-                           f"model', or `python -m engine merge {name}`; `push --merge` does both), or push the adapter.")
+            raise HubError(key="error.push.not_merged", run=name)
         if _newest_mtime(run_dir / "adapter") > _newest_mtime(merged):
-            raise HubError(f"The merged copy of run {name!r} is older than its adapter (the run was trained again): merge it "
-                           "again before pushing.")
+            raise HubError(key="error.push.merge_stale", run=name)
         return what, merged
     if has_adapter and not has_model:
-        raise HubError(f"Run {name!r} is a LoRA adapter, not a full model: push what = adapter, or merge it and push "
-                       "what = merged.")
+        raise HubError(key="error.push.adapter_not_model", run=name)
     if not has_model:
-        raise HubError(f"Run {name!r} has no model/ folder (config.json missing): nothing to push.")
+        raise HubError(key="error.push.no_model_folder", run=name)
     return what, run_dir / "model"
 
 
@@ -191,7 +185,7 @@ def _stage(run_dir: Path, source: Path, card: str, staging: Path) -> None:
         if path.is_file() and path.suffix in _TEXT_SUFFIXES and path.name not in _NOT_SCANNED and path.stat().st_size < 5_000_000:
             text = path.read_text(encoding="utf-8", errors="replace")
             if any(r in text for r in roots):
-                raise HubError(f"{path.name} of run {run_dir.name!r} contains a local path of this machine; it was not pushed.")
+                raise HubError(key="error.push.local_path", file=path.name, run=run_dir.name)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -221,24 +215,19 @@ def _hub_failure(exc: BaseException, token: str, repo_id: str) -> HubError:
     detail = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, token)[:300]
     owner = repo_id.split("/")[0]
     if isinstance(exc, OfflineModeIsEnabled):
-        return HubError("Offline mode is on (HF_HUB_OFFLINE=1): the Hub cannot be reached, nothing was pushed. "
-                        "Unset HF_HUB_OFFLINE on a machine with internet access and push again.")
+        return HubError(key="error.push.offline")
     if isinstance(exc, HfHubHTTPError):
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if status == 401:
-            return HubError("The Hugging Face token was refused (invalid, expired or revoked): create a new one with "
-                            f"write permission at {HUB_URL}/settings/tokens. Nothing was pushed. (Hub: {detail})")
+            return HubError(key="error.push.refused", url=f"{HUB_URL}/settings/tokens", detail=detail)
         if status == 403 or isinstance(exc, RepositoryNotFoundError):
-            return HubError(f"The token is invalid or lacks write permission for {owner!r}: use a token with the 'write' "
-                            f"role (or a fine-grained token allowed to write to {owner}'s repos) and check that {repo_id} "
-                            f"is yours or your organization's. Nothing was pushed. (Hub: {detail})")
+            return HubError(key="error.push.forbidden", owner=owner, repo=repo_id, detail=detail)
         if status == 429:
-            return HubError("The Hub is rate-limiting requests: wait a few minutes and push again.")
-        return HubError(f"The Hub refused the push of {repo_id} (HTTP {status}): {detail}")
+            return HubError(key="error.push.rate_limited")
+        return HubError(key="error.push.http", repo=repo_id, status=str(status), detail=detail)
     if isinstance(exc, (httpx2.TransportError, ConnectionError, TimeoutError)):
-        return HubError(f"Could not reach the Hugging Face Hub (no internet, a proxy or a timeout): {detail}. Nothing was "
-                        "pushed, or the push was interrupted: pushing again resumes it.")
-    return HubError(f"The push of {repo_id} failed: {type(exc).__name__}: {detail}")
+        return HubError(key="error.push.unreachable", detail=detail)
+    return HubError(key="error.push.failed", repo=repo_id, kind=type(exc).__name__, detail=detail)
 
 
 def push_run(
@@ -286,8 +275,7 @@ def push_run(
             raise ConfigError("gguf", gguf, "no GGUF with an adapter (a GGUF holds a whole model): push what = merged or model with it")
     token = resolve_token(token, use_env=use_env_token)
     if hub_offline():
-        raise HubError("Offline mode is on (HF_HUB_OFFLINE=1): the Hub cannot be reached, nothing was pushed. "
-                       "Unset HF_HUB_OFFLINE on a machine with internet access and push again.")
+        raise HubError(key="error.push.offline")
     if needs_merge:
         from .merge import merge_adapter
 

@@ -25,7 +25,7 @@ from typing import Literal
 import torch
 
 from ..config import QuantSettings
-from ..errors import EngineError, ModelLoadError
+from ..errors import EngineError, ModelLoadError, Phrase
 from ..hardware.device import DeviceInfo, detect_device, dtype_name, resolve_dtype
 
 ExportDtype = Literal["auto", "fp16", "bf16", "fp32"]
@@ -38,7 +38,7 @@ def _export_dtype(dtype: str, device: DeviceInfo) -> torch.dtype:
     if dtype == "auto":
         return resolve_dtype("auto", device)
     if dtype not in _EXPORT_DTYPES:
-        raise EngineError(f"dtype = {dtype!r} is not allowed for a merged model: use auto, fp16, bf16 or fp32.")
+        raise EngineError(key="error.export.merge_dtype", dtype=str(dtype))
     return _EXPORT_DTYPES[dtype]
 
 
@@ -47,7 +47,7 @@ class MergePlan:
     """Where a merge runs and why: "cpu" or "auto" (the device policy: the GPU when there is one)."""
 
     device: Literal["auto", "cpu"]
-    reason: str
+    reason: str  # a Phrase: English as text, any language with for_people
     need_gib: float | None  # the unquantized base's weights in the merge dtype (estimator), None when unknown
 
 
@@ -62,19 +62,19 @@ def merge_plan(run_dir: Path, runs_dir: Path, device: DeviceInfo, free_gib: floa
     from ..models.references import architecture_ref
 
     if device.kind != "cuda":
-        return MergePlan("cpu", "no GPU: merging on the CPU in fp32", None)
+        return MergePlan("cpu", Phrase("text.merge.no_gpu"), None)
     try:
         ref = architecture_ref(f"run:{Path(run_dir).name}", runs_dir)
         dtype = dtype_name(_export_dtype("auto", device))  # a GPU merge loads the base in the dtype it saves
         weights = estimate(MemoryQuery(model=ref, task="inference", weight_precision=dtype, batch=1, seq_len=16,
                                        new_tokens=0)).breakdown_gib.get("weights", 0.0)
     except EngineError as exc:
-        return MergePlan("cpu", f"the memory estimator does not know this run's base model ({exc}): merging on the CPU to be safe", None)
+        return MergePlan("cpu", Phrase("text.merge.unknown_base", detail=str(exc)), None)
     need = weights + MERGE_MARGIN_GIB
     room = device.total_gib if free_gib is None else free_gib
     if need > 0.9 * room:
-        return MergePlan("cpu", f"the unquantized base needs about {need:.1f} GiB and the GPU has {room:.1f} GiB free: merging on the CPU", need)
-    return MergePlan("auto", f"the unquantized base needs about {need:.1f} GiB; the GPU has {room:.1f} GiB free: merging on the GPU", need)
+        return MergePlan("cpu", Phrase("text.merge.cpu", need=round(need, 1), room=round(room, 1)), need)
+    return MergePlan("auto", Phrase("text.merge.gpu", need=round(need, 1), room=round(room, 1)), need)
 
 
 def merge_adapter(
@@ -102,17 +102,12 @@ def merge_adapter(
     adapter_dir = run_dir / "adapter"
     if not (adapter_dir / "adapter_config.json").exists():
         if (run_dir / "model" / "config.json").exists():
-            raise ModelLoadError(
-                f"Run {run_dir.name!r} trained every weight: its model/ folder already is a complete model, "
-                "nothing to merge."
-            )
-        raise ModelLoadError(
-            f"Run {run_dir.name!r} has no LoRA adapter to merge (no adapter/adapter_config.json): has it finished?"
-        )
+            raise ModelLoadError(key="error.export.full_no_merge", run=run_dir.name)
+        raise ModelLoadError(key="error.export.no_adapter", run=run_dir.name)
     base_ref, _ = read_run_base(run_dir)
     base_ref = base_ref or adapter_base(adapter_dir)
     if not base_ref:
-        raise ModelLoadError(f"Run {run_dir.name!r} does not say which base model its adapter belongs to.")
+        raise ModelLoadError(key="error.export.no_base", run=run_dir.name)
 
     device = device or detect_device()
     save_dtype = _export_dtype(dtype, device)
@@ -133,9 +128,7 @@ def merge_adapter(
     try:
         model = PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=False)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise ModelLoadError(
-            f"The adapter of run {run_dir.name!r} does not fit its base model {base_ref}: {exc}"
-        ) from exc
+        raise ModelLoadError(key="error.export.adapter_mismatch", run=run_dir.name, base=base_ref, detail=str(exc)[:500]) from exc
     merged = model.merge_and_unload()
     merged = merged.to(save_dtype)
     merged.eval()
@@ -175,7 +168,7 @@ def zip_run(run_dir: Path, *, include_checkpoints: bool = False, out_path: Path 
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise EngineError(f"There is no run folder {run_dir.name!r} to zip.")
+        raise EngineError(key="error.export.no_zip", run=run_dir.name)
     out_path = Path(out_path) if out_path else run_dir.parent / "_exports" / f"{run_dir.name}.zip"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     files = (p for p in sorted(run_dir.rglob("*"))

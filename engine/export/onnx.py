@@ -57,10 +57,7 @@ def _require(module: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise EngineError(
-            f"ONNX export and ONNX Runtime need the optional packages onnx, onnxscript and onnxruntime "
-            f"({module} is missing): {_INSTALL}"
-        ) from exc
+        raise EngineError(key="error.onnx.missing", module=module, command=_INSTALL) from exc
 
 
 class _LogitsOnly(torch.nn.Module):
@@ -82,13 +79,10 @@ def _exportable(model: Any) -> torch.nn.Module:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     for module in base.modules():
         if is_int8_dynamic(module) or type(module).__name__ in ("Linear4bit", "Linear8bitLt"):
-            raise EngineError(
-                "This model is loaded quantized; ONNX export needs the unquantized weights. "
-                "Load it with quantization 'none' (or export the merged model folder)."
-            )
+            raise EngineError(key="error.onnx.quantized")
     device_map = getattr(base, "hf_device_map", None) or {}
     if any(v in ("cpu", "disk") for v in device_map.values()) and len(set(device_map.values())) > 1:
-        raise EngineError("This model is split over devices by device_map='auto'; load it on one device to export it.")
+        raise EngineError(key="error.onnx.split")
     param = next(model.parameters())
     needs_copy = hasattr(model, "merge_and_unload") or param.device.type != "cpu" or param.dtype != torch.float32
     if needs_copy:
@@ -191,7 +185,7 @@ def export_onnx(
                     verbose=False,
                 )
         except Exception as exc:  # torch.export / onnxscript raise many types; all mean "this graph did not export"
-            raise EngineError(f"ONNX export failed for {loaded.ref}: {type(exc).__name__}: {str(exc)[:800]}") from exc
+            raise EngineError(key="error.onnx.failed", model=loaded.ref, kind=type(exc).__name__, detail=str(exc)[:800]) from exc
         seconds = time.perf_counter() - t0
         onnx = _require("onnx")
         onnx.checker.check_model(str(tmp / ONNX_FILE))  # by path: works with external weights
@@ -226,7 +220,7 @@ class OnnxRunner:
         path = Path(path)
         self.path = path / ONNX_FILE if path.is_dir() else path
         if not self.path.exists():
-            raise EngineError(f"No ONNX model at {self.path}: export one first (export_onnx).")
+            raise EngineError(key="error.onnx.no_model", path=str(self.path))
         folder = self.path.parent
         info_path = folder / INFO_FILE
         self.info: dict[str, Any] = json.loads(info_path.read_text(encoding="utf-8")) if info_path.exists() else {}
@@ -281,7 +275,7 @@ class OnnxRunner:
     def generate_text(self, prompt: str, max_new_tokens: int = 32) -> str:
         """Greedy raw continuation of `prompt` (no chat template), decoded without special tokens."""
         if self.tokenizer is None:
-            raise EngineError(f"No tokenizer beside {self.path}: pass tokenizer= to OnnxRunner.")
+            raise EngineError(key="error.onnx.no_tokenizer", path=str(self.path))
         ids = self.tokenizer(prompt)["input_ids"]
         return self.tokenizer.decode(self.generate(ids, max_new_tokens), skip_special_tokens=True)
 
@@ -321,7 +315,7 @@ def compare_onnx(
     import numpy as np
 
     if not prompts:
-        raise EngineError("compare_onnx needs at least one prompt.")
+        raise EngineError(key="error.onnx.no_prompt")
     runner = OnnxRunner(onnx_path, threads=threads or torch.get_num_threads())
     model, tokenizer = loaded.model, loaded.tokenizer
     device = next(model.parameters()).device
@@ -330,7 +324,7 @@ def compare_onnx(
     result: dict[str, Any] = {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "mismatches": []}
     encoded = [tokenizer(p, return_tensors="pt")["input_ids"] for p in prompts]
     if any(ids.shape[1] == 0 for ids in encoded):
-        raise EngineError("A prompt is empty after tokenization.")
+        raise EngineError(key="error.onnx.empty_prompt")
 
     diff = 0.0
     for ids in encoded:

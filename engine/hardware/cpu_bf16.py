@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from ..i18n import norm_lang, t
+
 ENV_FORCE = "COMPACT_LAB_CPU_BF16"
 # bf16 must beat fp32 clearly: autocast adds casts around every matmul, so a small matmul win is lost in a step.
 MIN_SPEEDUP = 1.5
@@ -90,17 +92,18 @@ def bf16_is_fast(cpu_name: str) -> bool:
     return bf16_speedup(cpu_name) >= MIN_SPEEDUP
 
 
-def bf16_reason(cpu_name: str) -> str:
-    """One line saying why `auto` computes in bf16 or fp32 on this CPU, for the UI and the logs."""
+def bf16_reason(cpu_name: str, lang: str = "en") -> str:
+    """One line saying why `auto` computes in bf16 or fp32 on this CPU, in `lang`, for the UI and the logs."""
     forced = os.environ.get(ENV_FORCE, "").strip()
     if forced:
-        return f"bf16 {'on' if bf16_is_fast(cpu_name) else 'off'}: set by {ENV_FORCE}={forced}"
+        return t("text.precision.forced_on" if bf16_is_fast(cpu_name) else "text.precision.forced_off", lang, var=ENV_FORCE, value=forced)
     speedup = bf16_speedup(cpu_name)
+    times = f"{speedup:.1f}" if norm_lang(lang) == "en" else f"{speedup:.1f}".replace(".", ",")  # 3.0x / 3,0x
     if speedup >= MIN_SPEEDUP:
-        return f"this CPU multiplies bf16 matrices {speedup:.1f}x faster than fp32, so auto trains with bf16 autocast (fp32 master weights)"
+        return t("text.precision.cpu_bf16", lang, speedup=times)
     if speedup <= 0:
-        return "this build of torch has no bf16 CPU kernels, so auto computes in fp32"
-    return f"bf16 is not faster than fp32 on this CPU ({speedup:.1f}x), so auto computes in fp32"
+        return t("text.precision.cpu_no_kernels", lang)
+    return t("text.precision.cpu_fp32", lang, speedup=times)
 
 
 def attention_in_fp32(query: torch.Tensor) -> bool:

@@ -41,6 +41,7 @@ import torch
 import yaml
 
 from ..errors import ConfigError
+from ..i18n import t
 
 DeviceKind = Literal["cuda", "cpu"]
 
@@ -170,45 +171,35 @@ def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str =
             return torch.float32  # fp16 would overflow for this family and there is no bf16: fp32 compute
         return torch.bfloat16 if device.bf16_fast else torch.float32
     if choice not in _DTYPES:
-        raise ConfigError(field, choice, "one of auto, fp16, bf16, fp32")
+        raise ConfigError(field, choice, allowed_key="message.allowed.choices", choices=["auto", *_DTYPES])
     if choice == "bf16" and not device.bf16:
         if device.kind == "cuda":
             cap = ".".join(map(str, device.capability or ()))
-            raise ConfigError(
-                field,
-                choice,
-                f"fp16, fp32 or auto: {device.name} (compute capability {cap}) has no bf16 support "
-                "(bf16 needs an Ampere or newer GPU, compute capability 8.0+; a T4 is 7.5). "
-                + f"auto picks {'fp32 for this model family' if rule else 'fp16'} here",
-            )
-        raise ConfigError(field, choice, "fp32 or auto: this CPU build of torch cannot compute in bf16")
+            raise ConfigError(field, choice, allowed_key="error.allowed.no_bf16_gpu_family" if rule else "error.allowed.no_bf16_gpu",
+                              gpu=device.name, cap=cap)
+        raise ConfigError(field, choice, allowed_key="error.allowed.no_bf16_cpu")
     if choice == "fp16" and rule is not None and device.kind == "cuda":
         raise ConfigError(field, choice, _fp16_advice(rule, model_type, device, allow_fp32=rule.policy == "fp32"))
     if choice == "fp16" and device.kind == "cpu":
-        raise ConfigError(
-            field,
-            choice,
-            "fp32, bf16 or auto on CPU: fp16 has no fast CPU kernels and is unstable for training without a GPU. "
-            "Use fp16 on a GPU",
-        )
+        raise ConfigError(field, choice, allowed_key="error.allowed.fp16_cpu")
     return _DTYPES[choice]
 
 
-def precision_reason(device: DeviceInfo | None = None, model_type: str | None = None) -> str:
+def precision_reason(device: DeviceInfo | None = None, model_type: str | None = None, lang: str = "en") -> str:
     """One line saying what `auto` computes in on `device` (for a model whose config.json says `model_type`) and
-    why, for the fine-tune form and the logs; it follows `resolve_dtype`."""
+    why, in `lang`, for the fine-tune form and the logs; it follows `resolve_dtype`."""
     device = device or detect_device()
     if device.kind == "cuda":
         cap = ".".join(map(str, device.capability or ()))
         if device.bf16:
-            return f"auto picks bf16: {device.name} (compute capability {cap}) has bf16 units"
+            return t("text.precision.cuda_bf16", lang, gpu=device.name, cap=cap)
         rule = fp16_rule(model_type)
         if rule is not None:
-            return f"auto picks fp32: {rule.name} overflows in fp16 and {device.name} (compute capability {cap}) has no bf16"
-        return f"auto picks fp16 mixed precision: {device.name} (compute capability {cap}) has no bf16"
+            return t("text.precision.cuda_fp32", lang, gpu=device.name, cap=cap, family=rule.name)
+        return t("text.precision.cuda_fp16", lang, gpu=device.name, cap=cap)
     from .cpu_bf16 import bf16_reason
 
-    return bf16_reason(device.name)
+    return bf16_reason(device.name, lang)
 
 
 def master_dtype(method: str, dtype: torch.dtype, device: DeviceInfo) -> torch.dtype:

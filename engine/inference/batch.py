@@ -25,7 +25,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -155,8 +155,9 @@ def _prompt_of(row: Any) -> str | None:
     return None
 
 
-def write_csv(rows: Iterable[BatchRow | dict[str, Any]], path: str | Path) -> Path:
-    """Write prompt, output, tokens, seconds per row to `path` atomically; returns the path.
+def write_csv(rows: Iterable[BatchRow | dict[str, Any]], path: str | Path, headers: Sequence[str] | None = None) -> Path:
+    """Write prompt, output, tokens, seconds per row to `path` atomically; returns the path. `headers`: the names of
+    those four columns in the reader's language (the page's), else CSV_COLUMNS.
 
     UTF-8 with a byte-order mark, so that Excel shows accents right (engine.data.files reads it back either way).
     The file is written under a temporary name in the same folder and renamed, so a crash never leaves a
@@ -167,13 +168,13 @@ def write_csv(rows: Iterable[BatchRow | dict[str, Any]], path: str | Path) -> Pa
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8-sig", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-            writer.writeheader()
+            writer = csv.writer(handle)
+            writer.writerow(list(headers or CSV_COLUMNS))
             for row in rows:
                 record = asdict(row) if is_dataclass(row) and not isinstance(row, type) else dict(row)
                 if isinstance(record.get("seconds"), float):
                     record["seconds"] = round(record["seconds"], 4)
-                writer.writerow(record)
+                writer.writerow([record.get(column, "") for column in CSV_COLUMNS])
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -224,7 +224,7 @@ def load_model(
 
         check_device(device)  # before any weights are read: a GPU user gets the message at once
         if model_dtype != torch.float32:
-            raise ConfigError("dtype", dtype_name(model_dtype), "fp32 with int8-dynamic (its kernels compute in fp32)")
+            raise ConfigError.of("dtype", dtype_name(model_dtype), "int8_dtype")
     if device_map == "auto" and device.kind == "cpu":
         device_map = None  # everything lands on the CPU anyway; accelerate's hooks would only slow it down
 

@@ -63,14 +63,14 @@ SHIPPED_MODELS_DIR = Path(__file__).resolve().parents[2] / "presets" / "models"
 def builtin_model_dir(name: str, runs_dir: Path | None = None) -> Path:
     """Folder a built-in compact model NAME is pretrained (or rebuilt) into: ``<runs>/_builtin/NAME/model``."""
     if not is_valid_run_name(name):
-        raise ModelLoadError(f"Built-in model name {name!r} is not valid: use letters, digits, '-', '_' and '.'.")
+        raise ModelLoadError(key="error.model.builtin_name", name=name)
     return Path(runs_dir or default_runs_dir()) / "_builtin" / name / "model"
 
 
 def shipped_model_dir(name: str) -> Path:
     """Folder of the copy of built-in model NAME shipped in the repository: ``presets/models/NAME`` (may not exist)."""
     if not is_valid_run_name(name):
-        raise ModelLoadError(f"Built-in model name {name!r} is not valid: use letters, digits, '-', '_' and '.'.")
+        raise ModelLoadError(key="error.model.builtin_name", name=name)
     return SHIPPED_MODELS_DIR / name
 
 
@@ -128,7 +128,7 @@ def read_run_base(run_dir: Path) -> tuple[str | None, QuantSettings | None]:
 def resolve_model(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int = 0) -> ModelSource:
     """Where the weights of `ref` are (see the module docstring); ModelLoadError with a message for the user."""
     if depth > _MAX_REF_DEPTH:
-        raise ModelLoadError(f"Model reference {ref!r} refers to runs that refer to each other too deeply (a cycle?).")
+        raise ModelLoadError(key="error.model.ref_cycle", ref=ref)
     ref = (ref or "").strip()
     if not ref:
         raise ModelLoadError(key="playground.error.no_model")
@@ -159,9 +159,7 @@ def resolve_model(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int 
             if not base_ref:
                 base_ref = adapter_base(adapter_dir)
             if not base_ref:
-                raise ModelLoadError(
-                    f"Run {name!r} has an adapter but neither its config.yaml nor its adapter names a base model."
-                )
+                raise ModelLoadError(key="error.model.adapter_no_base", run=name)
             # The run's config.yaml was validated against the path policy when the run was created, and
             # an adapter_config written by our trainer names a folder it loaded: trust both here.
             base = resolve_model(base_ref, runs_dir, True, depth + 1)
@@ -186,21 +184,15 @@ def resolve_model(ref: str, runs_dir: Path, allow_local_paths: bool, depth: int 
     # same spelling), and so is anything that looks like one.
     if path_exists(path) or path.is_absolute() or ref.startswith((".", "~", os.sep)):
         if not (allow_local_paths or is_within(path, runs_dir)):
-            raise ModelLoadError(
-                f"{ref!r} is a path on the server; only built-in models, runs (run:NAME) and Hugging Face ids can "
-                "be loaded here. Use the command line to load a model from a local folder."
-            )
+            raise ModelLoadError(key="error.model.server_path", ref=ref)
         if not path.is_dir():
-            raise ModelLoadError(f"Model folder {ref!r} does not exist.")
+            raise ModelLoadError(key="error.model.no_folder", ref=ref)
         if not (path / "config.json").exists():
-            raise ModelLoadError(f"{ref!r} is not a model folder (no config.json in it).")
+            raise ModelLoadError(key="error.model.not_model_folder", ref=ref)
         return ModelSource(str(path.resolve()), True, f"folder {path.resolve()}")
 
     if not HUB_MODEL_ID_RE.match(ref) or ".." in ref:
-        raise ModelLoadError(
-            f"{ref!r} is not a model reference: use builtin:NAME, run:NAME or a Hugging Face id such as "
-            "'Qwen/Qwen2.5-0.5B-Instruct'."
-        )
+        raise ModelLoadError(key="error.model.not_a_ref", ref=ref)
     return ModelSource(ref, False, f"Hugging Face {ref}")
 
 
@@ -228,21 +220,17 @@ def resolve_adapter(adapter: str, runs_dir: Path, allow_local_paths: bool) -> st
         run_dir = run_ref_dir(adapter[len(RUN_PREFIX) :], runs_dir)
         folder = run_dir / "adapter"
         if not (folder / "adapter_config.json").exists():
-            raise ModelLoadError(
-                f"Run {adapter[len(RUN_PREFIX) :]!r} has no LoRA adapter (no adapter/adapter_config.json)."
-            )
+            raise ModelLoadError(key="error.model.run_no_adapter", run=adapter[len(RUN_PREFIX) :])
         return str(folder)
     path = Path(adapter).expanduser()
     if path_exists(path) or path.is_absolute() or adapter.startswith((".", "~", os.sep)):
         if not (allow_local_paths or is_within(path, runs_dir)):
-            raise ModelLoadError(
-                f"{adapter!r} is a path on the server; name an adapter as run:NAME or a Hugging Face id."
-            )
+            raise ModelLoadError(key="error.model.adapter_server_path", ref=adapter)
         if not (path / "adapter_config.json").exists():
-            raise ModelLoadError(f"{adapter!r} is not a LoRA adapter folder (no adapter_config.json).")
+            raise ModelLoadError(key="error.model.not_adapter_folder", ref=adapter)
         return str(path.resolve())
     if not HUB_MODEL_ID_RE.match(adapter) or ".." in adapter:
-        raise ModelLoadError(f"{adapter!r} is not an adapter reference (run:NAME or a Hugging Face id).")
+        raise ModelLoadError(key="error.model.not_adapter_ref", ref=adapter)
 
 
 def resolve_offload_folder(folder: Path | None, runs_dir: Path, allow_local_paths: bool) -> Path:
@@ -250,9 +238,7 @@ def resolve_offload_folder(folder: Path | None, runs_dir: Path, allow_local_path
     the one folder the app may write big files to, and on Colab it can live on Drive)."""
     path = Path(folder).expanduser() if folder is not None else runs_dir / "_offload"
     if not (allow_local_paths or is_within(path, runs_dir)):
-        raise ModelLoadError(
-            f"offload_folder {str(path)!r} is outside the runs directory {runs_dir}; weights can only be offloaded there."
-        )
+        raise ModelLoadError(key="error.model.offload_outside", folder=str(path), runs=str(runs_dir))
     return path
 
 
@@ -269,7 +255,7 @@ def architecture_ref(ref: str, runs_dir: Path, depth: int = 0) -> str:
         name = name[: -len(MERGED_SUFFIX)]
     base, _quant = read_run_base(run_ref_dir(name, runs_dir))
     if not base:
-        raise ModelLoadError(f"Run {name!r} has no readable config.yaml naming its base model.")
+        raise ModelLoadError(key="error.model.run_no_base", run=name)
     if base.startswith(RUN_PREFIX):
         return architecture_ref(base, runs_dir, depth + 1)
     folder = Path(base).expanduser()

@@ -147,9 +147,6 @@ def ensure_chat_template(tokenizer: PreTrainedTokenizerBase) -> bool:
         changed = True
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
-            raise EngineError(
-                "The tokenizer has neither a pad token nor an eos (end-of-sequence) token, so a fine-tuned "
-                "model could not learn where to stop. Use a tokenizer that defines an eos token."
-            )
+            raise EngineError(key="error.model.no_eos")
         tokenizer.pad_token = tokenizer.eos_token
     return changed

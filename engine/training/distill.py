@@ -215,20 +215,14 @@ def _check_vocabularies(cfg: TrainConfig, student_tok: Any, teacher_tok: Any, st
     """The number of logits to compare; ConfigError when the two models do not speak the same tokens."""
     vs, vt = output_size(student), output_size(teacher)
     if student_tok.get_vocab() != teacher_tok.get_vocab():
-        raise ConfigError(
-            "teacher_model", cfg.teacher_model,
-            f"a teacher with the same vocabulary as the student {cfg.base_model} (their tokenizers differ: {len(student_tok)} vs "
-            f"{len(teacher_tok)} tokens). Pick models of one family, or use a built-in student (builtin:NAME), which is built "
-            "with the teacher's tokenizer",
-        )
+        raise ConfigError("teacher_model", cfg.teacher_model, allowed_key="error.allowed.teacher_vocab", owner="TrainConfig",
+                          student=cfg.base_model, n_student=len(student_tok), n_teacher=len(teacher_tok))
     # Same tokenizer, different head sizes (padded vocabularies, e.g. 151936 vs 152064): compare the common columns,
     # which hold every real token.
     common = min(vs, vt)
     if len(teacher_tok) > common:
-        raise ConfigError(
-            "teacher_model", cfg.teacher_model,
-            f"a teacher and student whose outputs cover the tokenizer's {len(teacher_tok)} tokens (student {vs}, teacher {vt} logits)",
-        )
+        raise ConfigError("teacher_model", cfg.teacher_model, allowed_key="error.allowed.teacher_logits", owner="TrainConfig",
+                          n=len(teacher_tok), student=vs, teacher=vt)
     return common
 
 

@@ -279,9 +279,8 @@ def _build_data(run: RunContext, models: RunModels) -> TrainData:
     data = build_train_data(cfg, models.tokenizer, models.max_len, pack=pack, row_multiple=packed_row_multiple(cfg.max_seq_len, run.device.kind))
     events.write("data", **data.event_fields())
     if cfg.early_stopping_patience > 0 and not data.evals:
-        raise ConfigError("early_stopping_patience", cfg.early_stopping_patience,
-                          f"0 (off) here: no eval set was held out ({len(data.train)} training examples; the eval fraction needs at least 10, "
-                          "or set an eval dataset)")
+        raise ConfigError("early_stopping_patience", cfg.early_stopping_patience, allowed_key="error.allowed.patience_no_eval", owner="TrainConfig",
+                          n=len(data.train))
     return data
 
 

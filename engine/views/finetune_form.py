@@ -88,7 +88,7 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str 
     device = detect_device()
     model_type = form_model_type(cfg, runs_dir) if device.kind == "cuda" else None
     dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=model_type)
-    why = precision_reason(device, model_type) if cfg.precision == "auto" else t("finetune.predict.as_chosen", lang)
+    why = precision_reason(device, model_type, lang) if cfg.precision == "auto" else t("finetune.predict.as_chosen", lang)
     head = t("finetune.predict.head", lang, batch=fmt_number(cfg.micro_batch_size * cfg.grad_accum, lang), micro=fmt_number(cfg.micro_batch_size, lang),
              accum=fmt_number(cfg.grad_accum, lang), dtype=dtype_name(dtype), why=why)
     if cfg.base_model.startswith("run:"):

@@ -182,7 +182,7 @@ def batch_updates(loaded: Any, prompts: list[str], settings: GenerationSettings,
         out = None
         if prog.finished or prog.stopped:
             out = exports_dir / f"batch-{secrets.token_urlsafe(12)}.csv" if exports_dir else export_path("batch", ".csv")
-            write_csv(prog.rows, out)
+            write_csv(prog.rows, out, headers=table_headers("batch", lang)[1:])  # the table's names, without its "#"
         yield batch_line(prog, lang), table("batch", batch_rows(prog), lang), out
 
 

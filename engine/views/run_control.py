@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import EngineError, JobError
+from ..errors import EngineError, JobError, for_people
 from ..i18n import fmt_number, t
 from ..runs import run_path
 from .uploads import export_path
@@ -121,7 +121,7 @@ def merge_finished_run(jobs: JobManager, name: str | None, owner: str | None = N
         raise JobError(key="finetune.control.merge_full", name=name)
     plan = merge_plan(s.path, jobs.runs_dir, detect_device(), cuda_free_gib())
     jobs.start_merge(name, device=plan.device)
-    return t("finetune.control.merging", lang, name=name, reason=plan.reason)
+    return t("finetune.control.merging", lang, name=name, reason=for_people(plan.reason, lang))
 
 
 def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, private: bool, token: str, gguf: str | None = None,

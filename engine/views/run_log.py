@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..errors import render_record
 from ..i18n import fmt_number, norm_lang, t
 
 LOG_LINES = 200  # the newest lines the log box shows
@@ -153,7 +154,7 @@ RENDER: dict[str, Callable[[dict[str, Any], str], str]] = {
     "early_stop": _early_line,
     "done": _done_line,
     "stopped": _stopped_line,
-    "error": lambda ev, lang: "❌ " + t("finetune.log.error", lang, message=ev.get("message", "")),
+    "error": lambda ev, lang: "❌ " + t("finetune.log.error", lang, message=render_record(ev.get("i18n"), ev.get("message", ""), lang)),
     "distill": lambda ev, lang: t("finetune.log.distill", lang, teacher=ev.get("teacher", "?"), student=ev.get("student", "?")),
     "push": lambda ev, lang: "⬆ " + t("finetune.log.push", lang, url=ev.get("url", "")),
     "export": lambda ev, lang: "📦 " + t("finetune.log.export", lang, what=ev.get("gguf_type") or ev.get("format", "")),

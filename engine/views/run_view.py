@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..errors import EngineError
+from ..errors import EngineError, for_people, from_json, render_record
 from ..i18n import fmt_number, t
 from ..runs import log_tail, read_events
 from .run_charts import loss_plot_frame, task_html
@@ -146,9 +146,9 @@ def merge_status_md(jobs: JobManager, name: str | None, lang: str = "en") -> str
     if last.get("type") == "merge_done":
         return "🔀 " + t("finetune.merge.done", lang, took=fmt_duration(last.get("seconds")), device=last.get("device", "?"), name=name)
     if last.get("type") == "merge_error":
-        return "🔀 " + t("finetune.merge.failed", lang, message=last.get("message", ""))
+        return "🔀 " + t("finetune.merge.failed", lang, message=render_record(last.get("i18n"), last.get("message", ""), lang))
     if jobs.active_merge() == name:
-        return "🔀 " + t("finetune.merge.running", lang, reason=last.get("reason", ""))
+        return "🔀 " + t("finetune.merge.running", lang, reason=for_people(from_json(last.get("reason_i18n")) or last.get("reason", ""), lang))
     return "🔀 " + t("finetune.merge.gone", lang)
 
 
@@ -174,7 +174,7 @@ def status_md(s: RunSummary, lang: str = "en") -> str:
     if s.state == "damaged":
         lines.append(t("finetune.status.damaged", lang, error=s.error or t("finetune.status.no_config", lang)))
     if s.state == "failed" and s.error:
-        error = scrub_paths(s.error, s.path.parent)
+        error = scrub_paths(render_record(s.error_record, s.error, lang), s.path.parent)
         lines.append(t("finetune.status.error", lang, error=error) + ("" if s.error_kind == "oom" else " " + t("finetune.status.see_log", lang)))
         if s.error_kind == "oom":
             lines.append(t("finetune.status.oom", lang))

@@ -60,7 +60,7 @@ def keep_upload(path: str, upload_dir: Path, *, suffixes: Iterable[str] | None =
     with open(src, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             mac.update(chunk)
-    dest = upload_dir / f"{mac.hexdigest()[:20]}-{safe}"
+    dest = upload_dir / f"{mac.hexdigest()[:20]}-{safe}"  # the prefix is hidden in messages (refs.shown_file_name)
     if not dest.exists():
         shutil.copyfile(src, dest)
     return dest

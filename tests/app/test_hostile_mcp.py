@@ -63,8 +63,8 @@ def m(runs_dir, tmp_path_factory):
 
 
 def no_leak(ns, text: str, *sent: str) -> None:
-    for s in sorted(sent, key=len, reverse=True):
-        text = text.replace(s, "<sent>")
+    for s in sorted(sent, key=len, reverse=True):  # what the caller sent, whole or shortened as messages show it
+        text = text.replace(s, "<sent>").replace(s[:77] + "...", "<sent>")
     for leak in (FAKE_TOKEN, str(ns.runs), str(ns.root), "PRIVATE", "Traceback", "_uploads"):
         assert leak not in text, f"{leak!r} leaked in {text}"
 
@@ -84,6 +84,11 @@ def _probes(ns):
     return list(zip(existing, missing, strict=True))
 
 
+def hide(text: str, sent: str) -> str:
+    """The message with the value the caller sent replaced by <path>, whole or as messages shorten it (80 characters)."""
+    return text.replace(sent, "<path>").replace(sent[:77] + "...", "<path>")
+
+
 @pytest.mark.parametrize("tool", ["estimate_memory", "generate", "start_training-base", "start_training-data"])
 def test_a_server_path_gets_the_same_answer_through_mcp_whether_it_exists(m, tool):
     def args(path: str) -> dict:
@@ -100,7 +105,7 @@ def test_a_server_path_gets_the_same_answer_through_mcp_whether_it_exists(m, too
         assert field in there_text, there_text  # refused by the check that names it (not an unknown tool, nor a failed read)
         sent_there = [v for v in args(there).values() if isinstance(v, str) and v != "hi"][0]
         sent_absent = [v for v in args(absent).values() if isinstance(v, str) and v != "hi"][0]
-        assert there_text.replace(sent_there, "<path>") == absent_text.replace(sent_absent, "<path>")
+        assert hide(there_text, sent_there) == hide(absent_text, sent_absent)
         no_leak(m, there_text, sent_there)
     assert sorted(p.name for p in m.runs.iterdir()) == before  # no run folder appeared
 

@@ -114,8 +114,8 @@ def check(ns, client, api, args, expect: str, *, ok: bool | None = False, runs_a
         assert done is ok, text
     assert expect.lower() in text.lower(), text
     quoted = text
-    for sent in sorted((a for a in args if isinstance(a, str) and len(a) > 3), key=len, reverse=True):
-        quoted = quoted.replace(sent, "<sent>")
+    for sent in sorted((a for a in args if isinstance(a, str) and len(a) > 3), key=len, reverse=True):  # whole, or shortened as messages show it
+        quoted = quoted.replace(sent, "<sent>").replace(sent[:77] + "...", "<sent>")
     for leak in (FAKE_TOKEN, str(ns.runs), str(ns.root), "Traceback", *([secret] if secret else [])):
         assert leak not in quoted, f"{leak!r} leaked in {text}"
     assert not ns.marker.exists(), "remote code ran"

@@ -10,7 +10,7 @@ from ui import widgets as page_widgets
 
 @pytest.mark.parametrize(("comp", "payload", "message"), [
     (gr.Dropdown(choices=["full", "lora"], value="full"), "rm -rf", "method = 'rm -rf' is not allowed: one of full, lora."),
-    (gr.Slider(1, 64, value=8, step=1), [3], "method = [3] is not allowed: a number from 1 to 64."),
+    (gr.Slider(1, 64, value=8, step=1), [3], "method = 3 is not allowed: a number from 1 to 64."),
 ])
 def test_wrong_api_values_name_the_field(comp, payload, message):
     widget = page_widgets.named(comp, "method")
@@ -36,7 +36,7 @@ def test_form_messages_follow_the_visitors_language(monkeypatch):
     widgets = page_widgets.make_inputs(TrainConfig, only=["method", "max_steps", "lora.r"])
     cases = [(widgets["method"], "evil", "Método (method) = 'evil' não é permitido: uma destas opções: qlora, lora, full, scratch, distill."),
              (widgets["max_steps"], "lots", "Máximo de passos (max_steps) = 'lots' não é permitido: um número inteiro."),
-             (widgets["lora.r"], [3], "Rank do LoRA (lora.r) = [3] não é permitido: um número de 1 a 512."),
+             (widgets["lora.r"], [3], "Rank do LoRA (lora.r) = 3 não é permitido: um número de 1 a 512."),
              (page_widgets.make_inputs(MemoryQuery, only=["seq_len"])["seq_len"], "long", "Comprimento da sequência (seq_len) = 'long' não é permitido: um número inteiro.")]
     for widget, payload, message in cases:
         with pytest.raises(gr.Error) as err:

@@ -163,7 +163,7 @@ def test_parse_prompts_from_text():
         parse_prompts(" \n  \n", None)
     with pytest.raises(DataError, match="no prompts"):
         parse_prompts(None, None)
-    with pytest.raises(DataError, match=f"1001 prompts; the limit is {MAX_PROMPTS}"):
+    with pytest.raises(DataError, match=f"1,001 prompts; the limit is {MAX_PROMPTS:,}"):  # numbers written for people
         parse_prompts("\n".join(f"p{i}" for i in range(1001)), None)
 
 
@@ -213,7 +213,7 @@ def test_parse_prompts_other_file_errors(tmp_path):
         parse_prompts("hello", str(latin1))
     many = tmp_path / "many.txt"
     many.write_text("\n".join(f"p{i}" for i in range(1001)), encoding="utf-8")
-    with pytest.raises(DataError, match="limit is 1000"):
+    with pytest.raises(DataError, match="limit is 1,000"):
         parse_prompts(None, str(many))
 
 
