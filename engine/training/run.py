@@ -124,6 +124,10 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
     # the run folder (EventLog and save_config check the rank) and the others wait for it where they read it.
     distributed.init(cpu=device.kind == "cpu")
     main = distributed.is_main_process()
+    # Refusals before side effects: a precision this device or model family cannot train in is refused before the
+    # run folder exists, so a refused command leaves nothing behind.
+    model_type = _model_type(cfg, runs_dir, device)
+    dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=model_type)
     run_dir.mkdir(parents=True, exist_ok=True)
     removed: list[str] = []
     if main:
@@ -137,8 +141,6 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
     if removed:
         log.warning("discarded incomplete checkpoints: %s", removed)
     started = time.time()
-    model_type = _model_type(cfg, runs_dir, device)
-    dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=model_type)
     events.write("start", run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset,
                  resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""),
                  precision_note=precision_reason(device, model_type) if cfg.precision == "auto" else f"{cfg.precision}, as chosen",
@@ -149,8 +151,9 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
 
 def _model_type(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo) -> str | None:
     """The base model's config.json model_type, for the dtype policy's family rule (fp32, not fp16, for families that
-    overflow in fp16 on a GPU without bf16); None on a CPU, where no rule changes anything, and for scratch runs."""
-    if device.kind != "cuda" or cfg.method == "scratch":
+    overflow in fp16 on a GPU without bf16, or a CPU standing in for one); None on a CPU, where no rule changes
+    anything, and for scratch runs."""
+    if not device.gpu_policy or cfg.method == "scratch":
         return None
     from ..models.references import model_type_of
 
