@@ -28,13 +28,14 @@ from ..data.build import TrainData, build_train_data
 from ..data.packing import packed_row_multiple
 from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
 from ..hardware import distributed
-from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak, resolve_dtype
+from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
 from .adapters import prepare_for_method
 from .autocast_4bit import autocast_4bit_outputs
 from .builtin import ensure_builtin
 from .fast_dropout import use_fast_dropout
 from .fp32_attention import fp32_attention
+from .preflight import check_before_start
 from .trainer import RunTrainer, build_trainer
 
 log = logging.getLogger("engine.training.run")
@@ -124,10 +125,10 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
     # the run folder (EventLog and save_config check the rank) and the others wait for it where they read it.
     distributed.init(cpu=device.kind == "cpu")
     main = distributed.is_main_process()
-    # Refusals before side effects: a precision this device or model family cannot train in is refused before the
-    # run folder exists, so a refused command leaves nothing behind.
-    model_type = _model_type(cfg, runs_dir, device)
-    dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=model_type)
+    # Refusals before side effects (engine/training/preflight.py): a precision this device or model family cannot
+    # train in is refused before the run folder exists, so a refused command leaves nothing behind.
+    precision = check_before_start(cfg, runs_dir, device)
+    model_type, dtype = precision.model_type, precision.dtype
     run_dir.mkdir(parents=True, exist_ok=True)
     removed: list[str] = []
     if main:
@@ -147,17 +148,6 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
                  world_size=distributed.world_size())
     reset_peak(device)
     return RunContext(cfg, run_dir, runs_dir, device, dtype, events, main, checkpoint, started)
-
-
-def _model_type(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo) -> str | None:
-    """The base model's config.json model_type, for the dtype policy's family rule (fp32, not fp16, for families that
-    overflow in fp16 on a GPU without bf16, or a CPU standing in for one); None on a CPU, where no rule changes
-    anything, and for scratch runs."""
-    if not device.gpu_policy or cfg.method == "scratch":
-        return None
-    from ..models.references import model_type_of
-
-    return model_type_of(cfg.base_model, runs_dir)
 
 
 def _clear_stale_stop(stop_file: Path) -> None:
