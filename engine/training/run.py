@@ -85,6 +85,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     data = _build_data(run, models)
     _stop_requested(run, mirror, "preparing the data")
     score_task = _score_before(run, models)
+    _seed(cfg.seed)  # same seed, same run: the adapters' initial weights come from the seed, not from what ran before
     models.model = prepare_for_method(cfg, models.model, run.events)
     if run.device.kind == "cpu":
         use_fast_dropout(models.model)  # the adapters' dropout: the same masks from cheaper random bits
@@ -115,6 +116,17 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         predicted_gib=prediction["predicted_gib"] if prediction else None,
         duration_s=round(time.time() - run.started, 1),
     )
+
+
+def _seed(seed: int) -> None:
+    """Seed Python's, numpy's and torch's generators (transformers' `set_seed`) right before the run draws from them.
+    The Trainer seeds them too, but only when it is built, after the LoRA adapters were initialised (peft draws
+    lora_A from torch's global generator): their weights then depended on whatever had drawn before in the process
+    (the built-in base's pretraining, a tokenizer, a first run in the same process), and two runs of one config
+    differed from their second step on (docs/training.md, "Same seed, same run")."""
+    from transformers import set_seed
+
+    set_seed(seed)
 
 
 def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) -> RunContext:
