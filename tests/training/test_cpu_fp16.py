@@ -44,15 +44,16 @@ def tiny_llama(tmp_path_factory) -> str:
 @pytest.fixture
 def standin(runs_dir, monkeypatch) -> Path:
     """The developer switch on, after the session's built-in base was pretrained (in fp32), and a grad scaler that
-    grows every 2 steps instead of every 2000, so that a few steps show growth."""
+    starts at 1024 and grows every 2 steps instead of 65536 and 2000, through accelerate's own `GradScalerKwargs`
+    handler: a few steps show growth, and no step overflows by itself on any CPU (only the forced one)."""
+    from accelerate.utils import GradScalerKwargs
+
     monkeypatch.setenv(ENV_CPU_FP16_AMP, "1")
     real = cpu_fp16.install_cpu_grad_scaler
 
     def quick_growth(accelerator):
-        installed = real(accelerator)
-        if installed:
-            accelerator.scaler.set_growth_interval(2)
-        return installed
+        accelerator.scaler_handler = GradScalerKwargs(init_scale=1024.0, growth_interval=2)
+        return real(accelerator)
 
     monkeypatch.setattr(cpu_fp16, "install_cpu_grad_scaler", quick_growth)
     return runs_dir
@@ -147,7 +148,7 @@ def test_no_scaler_for_other_precisions(precision):
 @pytest.mark.parametrize("method", ["lora", "qlora", "full"])
 @pytest.mark.parametrize("which", ["builtin", "llama"])
 def test_scale_grows_backs_off_and_skips_the_inf_step(which, method, standin, data, tiny_llama, monkeypatch):
-    """Five steps, infinite gradients forced in step 3: the scale doubles every 2 good steps (65536 -> 131072), halves
+    """Five steps, infinite gradients forced in step 3: the scale doubles every 2 good steps (1024 -> 2048), halves
     at the overflow, that step leaves the weights untouched, and the progress events report scale and skips."""
     probe = _probe(monkeypatch, inf_steps={3})
     cfg = TrainConfig(method=method, base_model=_base(which, tiny_llama), dataset=data, run_name=f"fp16-{which}-{method}",
@@ -157,18 +158,18 @@ def test_scale_grows_backs_off_and_skips_the_inf_step(which, method, standin, da
     start = read_events(standin / cfg.run_name)[0]
     assert start["dtype"] == "float16" and "fp16 mixed precision" in start["precision_note"]
     assert torch.float16 in probe.output_dtypes  # autocast: the trained layers compute in fp16
-    assert probe.scales == {1: 65536.0, 2: 131072.0, 3: 65536.0, 4: 65536.0, 5: 131072.0}
+    assert probe.scales == {1: 1024.0, 2: 2048.0, 3: 1024.0, 4: 1024.0, 5: 2048.0}
     assert probe.changed == {1: True, 2: True, 3: False, 4: True, 5: True}
     progress = [e for e in read_events(standin / cfg.run_name) if e["type"] == "progress"]
-    assert [e["loss_scale"] for e in progress] == [65536.0, 131072.0, 65536.0, 65536.0, 131072.0]
+    assert [e["loss_scale"] for e in progress] == [1024.0, 2048.0, 1024.0, 1024.0, 2048.0]
     assert [e["skipped_steps"] for e in progress] == [0, 0, 1, 1, 1]
     assert all(math.isfinite(e["loss"]) for e in progress)
 
 
 @pytest.mark.parametrize(("which", "method"), [("builtin", "lora"), ("llama", "qlora"), ("llama", "full")])
 def test_scaler_state_is_checkpointed_and_restored_on_resume(which, method, standin, data, tiny_llama, monkeypatch):
-    """Stopped after 3 steps (scale grown to 131072, one good step towards the next growth): checkpoint-3 holds
-    scaler.pt, the resumed Trainer starts from its scale (a fresh one would start at 65536) and grows on the very next
+    """Stopped after 3 steps (scale grown to 2048, one good step towards the next growth): checkpoint-3 holds
+    scaler.pt, the resumed Trainer starts from its scale (a fresh one would start at 1024) and grows on the very next
     step, as the uninterrupted run would."""
     from engine.training import callbacks
 
@@ -186,14 +187,14 @@ def test_scaler_state_is_checkpointed_and_restored_on_resume(which, method, stan
     stopped = run_training(cfg, run_dir, runs_dir=standin)
     assert stopped["type"] == "stopped" and stopped["checkpoint"] == "checkpoint-3"
     saved = torch.load(run_dir / "checkpoint-3" / "scaler.pt", weights_only=True)
-    assert saved["scale"] == 131072.0 and saved["_growth_tracker"] == 1
+    assert saved["scale"] == 2048.0 and saved["_growth_tracker"] == 1
 
     monkeypatch.setattr(callbacks.StopFileCallback, "on_step_end", real_on_step_end)
     probe = _probe(monkeypatch)
     done = run_training(cfg, run_dir, runs_dir=standin, resume=True)
     assert done["type"] == "done" and done["steps"] == 5
-    assert probe.scale_at_start == 131072.0
-    assert probe.scales == {4: 262144.0, 5: 262144.0}
+    assert probe.scale_at_start == 2048.0
+    assert probe.scales == {4: 4096.0, 5: 4096.0}
 
 
 def test_a_nan_loss_in_fp16_ends_the_run_resumable(standin, data, monkeypatch, tmp_path):
