@@ -264,11 +264,12 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
             base_alloc = torch.cuda.memory_allocated()
         ours_cpu = recipe.startswith("ours") and device.kind == "cpu"
         with _RssPeak() as rss, fp32_attention() if ours_cpu else contextlib.nullcontext():  # as engine/training/run.py
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             trainer.train()
             if device.kind == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
+            cpu_seconds = time.process_time() - c0  # every thread of this process: what other load cannot inflate
         peak = (torch.cuda.max_memory_allocated() - base_alloc) if device.kind == "cuda" else rss.peak - rss.start
         useful = trainer.state.num_input_tokens_seen
         speed_run = spec["measure"] == "speed"  # a memory run's clock is slowed by its allocator setting (_run)
@@ -279,7 +280,7 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
         "rows": len(data.train), "samples": data.report.get("train_examples"), "micro_batch": args.per_device_train_batch_size,
         "grad_accum": args.gradient_accumulation_steps, "steps": trainer.state.global_step, "seconds": seconds,
         "useful_tokens": int(useful), "expected_useful": int(useful_per_epoch * cfg.epochs),
-        "tok_s": useful / seconds, "train_peak_mib": peak / 2**20, "process_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "tok_s": useful / seconds, "cpu_s": cpu_seconds, "tok_per_cpu_s": useful / cpu_seconds, "train_peak_mib": peak / 2**20, "process_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "eval_after": loss_after, "date_accuracy": accuracy,
     }
 
@@ -512,6 +513,12 @@ def _repetitions(by: dict[str, list[dict[str, Any]]], recipes: list[str]) -> lis
                      + " | ".join(f"{at['ours']['tok_s'] / at[r]['tok_s']:.2f}x" if at[r] else "-" for r in others) + " |")
     lines.append("| median of paired ratios | " + " | ".join("" for _ in recipes) + " | "
                  + " | ".join(f"{statistics.median(v):.2f}x" if v else "-" for v in paired.values()) + " |")
+    # tokens per CPU-second of the training process: on a machine shared with other jobs, what waiting for a core
+    # cannot inflate (1 thread by default)
+    cpu = {r: [x["tok_per_cpu_s"] for x in by[r] if "tok_per_cpu_s" in x] for r in recipes}
+    if all(cpu.values()):
+        lines += ["", "Tokens per CPU-second (median): " + "; ".join(f"{r} {statistics.median(v):,.0f}" for r, v in cpu.items())
+                  + ". Ours / each: " + "; ".join(f"{r} {statistics.median(cpu['ours']) / statistics.median(cpu[r]):.2f}x" for r in others)]
     return lines
 
 
@@ -575,8 +582,8 @@ def main() -> None:
                     result = _run(recipe, spec, "speed")
                     result["repetition"] = i + 1
                     results.append(result)
-                    print(f"  {recipe}: {result['tok_s']:,.0f} tok/s, {result['seconds']:.1f} s, {result['steps']} steps, "
-                          f"eval loss {result['eval_after']:.4f}", flush=True)
+                    print(f"  {recipe}: {result['tok_s']:,.0f} tok/s, {result['tok_per_cpu_s']:,.0f} tok per CPU-second, "
+                          f"{result['seconds']:.1f} s, {result['steps']} steps, eval loss {result['eval_after']:.4f}", flush=True)
             for recipe in recipes if args.memory else ():  # peak memory is deterministic enough for one run each
                 print(f"{suite} memory run: {recipe} ...", flush=True)
                 results.append(_run(recipe, spec, "memory"))
