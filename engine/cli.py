@@ -1,4 +1,4 @@
-"""Command line: `python -m engine estimate|train|generate|prepare-builtin|merge|export-gguf|push|runs`.
+"""Command line: `python -m engine estimate|train|generate|prepare-builtin|ship-example|merge|export-gguf|push|runs`.
 
 Every flag is generated from the config dataclasses (engine/config.py): the flag's help is the field's
 help text, choices come from its Literal type, and values are validated by the same __post_init__ the UI
@@ -221,6 +221,19 @@ def cmd_prepare_builtin(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ship_example(args: argparse.Namespace) -> int:
+    from .export.example import ship_example
+    from .models.references import shipped_model_dir
+    from .refs import default_runs_dir
+    from .runs import run_path
+
+    record = ship_example(run_path(default_runs_dir(), args.run), shipped_model_dir(args.name), store=args.store,
+                          command=args.command or f"python -m engine ship-example {args.run} {args.name} --store {args.store}")
+    print(json.dumps(record, indent=2))
+    print(f"shipped example written to {shipped_model_dir(args.name)}")
+    return 0
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     import time
 
@@ -356,6 +369,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", choices=["fp16", "bf16", "fp32"], default="fp16",
                    help="With --ship: the precision the shipped weights are stored in (the eval loss of each is recorded).")
     p.set_defaults(func=cmd_prepare_builtin)
+
+    p = sub.add_parser("ship-example", help="Copy a finished full fine-tune into presets/models/NAME (16-bit, model card, recorded.json): "
+                                            "a fine-tuned example the playground lists as builtin:NAME.")
+    p.add_argument("run", help="Run name under the runs directory (a finished full fine-tune).")
+    p.add_argument("name", help="Folder name under presets/models, e.g. compact-mini-dates.")
+    p.add_argument("--store", choices=["fp16", "bf16", "fp32"], default="fp16", help="Precision the weights are stored in.")
+    p.add_argument("--command", default="", help="How the run was made, recorded in recorded.json.")
+    p.set_defaults(func=cmd_ship_example)
 
     p = sub.add_parser("merge", help="Merge a run's LoRA adapter into a 16-bit copy of its base model.")
     p.add_argument("run", help="Run name under the runs directory.")

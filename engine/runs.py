@@ -246,7 +246,7 @@ def discard_incomplete_checkpoints(run_dir: Path) -> list[str]:
 class RunSummary:
     name: str
     path: Path
-    state: str  # running | finished | stopped | failed | killed | created | damaged (config.yaml unreadable)
+    state: str  # running | finished | stopped | failed | killed | created | queued | damaged (config.yaml unreadable)
     method: str = ""
     base_model: str = ""
     dataset: str = ""
@@ -268,6 +268,11 @@ class RunSummary:
     device: str = ""
     base_progress: dict[str, Any] | None = None  # latest progress of a built-in base pretraining for this run
     last_progress: dict[str, Any] | None = None  # latest progress event (speed, ETA) of this run
+    # a queued run (waiting for its turn, engine/training/queue.py): its place and expected wait, filled by the job manager
+    queue_position: int | None = None
+    queue_wait_s: float | None = None
+    queue_behind: str | None = None  # the run training now
+    queue_device: str | None = None  # that run's device ("cpu" | "cuda"), for the wording of the wait
 
 
 def summarize(run_dir: Path, alive: bool) -> RunSummary:
@@ -333,6 +338,9 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
         summary.state = "running" if alive else "killed"
     if alive:
         summary.state = "running"
+    elif (run_dir / "queued").exists():  # waiting in the line (engine/training/queue.py QUEUED_FILE)
+        summary.state, summary.resumable = "queued", False
+        return summary
     elif damaged is not None and (run_dir / "config.yaml").exists():
         summary.state, summary.error, summary.output = "damaged", damaged, None
         return summary

@@ -74,6 +74,20 @@ def shipped_model_dir(name: str) -> Path:
     return SHIPPED_MODELS_DIR / name
 
 
+def shipped_examples() -> dict[str, dict]:
+    """The fine-tuned examples shipped in presets/models (engine/export/example.py): folder name -> its recorded.json,
+    for every folder whose record names the base model it was trained from (the built-in base models' records do not)."""
+    out = {}
+    for folder in sorted(SHIPPED_MODELS_DIR.iterdir()) if SHIPPED_MODELS_DIR.is_dir() else []:
+        try:
+            record = json.loads((folder / "recorded.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("base_model") and (folder / "config.json").exists() and is_valid_run_name(folder.name):
+            out[folder.name] = record
+    return out
+
+
 def builtin_weights_dir(name: str, runs_dir: Path | None = None) -> Path | None:
     """The folder ``builtin:NAME`` loads: a copy built in the runs folder wins (a `--rebuild`, or a preset pretrained
     on first use), else the shipped copy; None when there is neither (the preset is pretrained on first use)."""
@@ -278,8 +292,10 @@ def model_type_of(ref: str, runs_dir: Path, *, allow_local_paths: bool = True) -
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-        try:
-            path = Path(hf_hub_download(source.location, "config.json"))
+        from ..sharing import token_kwargs
+
+        try:  # for a visitor of a shared app, in the app and in its training processes: never the server's token
+            path = Path(hf_hub_download(source.location, "config.json", **token_kwargs()))
         except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError):
             return None
     try:

@@ -7,7 +7,7 @@ its pid in `<run>/pid`; status is read back from `events.jsonl`, so a reloaded p
 a restarted app all see the same state. Stop asks politely (a STOP file: the run saves a checkpoint and
 exits) and kills the whole process tree if it has not exited after a grace period.
 
-Shared state: one JobManager per runs directory is created by app.py and shared by all sessions; its
+Shared state: one JobManager per runs directory is created by the page (ui/page.py) and shared by all sessions; its
 lock serializes start/stop so two clicks cannot start two jobs.
 
 Merges are jobs too (`start_merge`): `python -m engine merge NAME` in its own process, writing
@@ -21,6 +21,11 @@ stored hashed in `<run>/owner`. (Its uploaded data is kept in a folder of the se
 engine/views/uploads.py.) Runs started without a key (the CLI) cannot be controlled through a shared app at all. In a
 local app (not shared) anyone who can reach the app controls every run. In shared mode the training subprocess gets
 no Hugging Face token in its environment (engine/sharing.py `child_env`).
+
+A waiting line (`queue`, default: a Space in demo mode, engine/space.py): a run started or resumed while another one
+goes waits its turn (engine/training/queue.py) instead of being refused, and a supervisor thread starts it when the
+machine is free. In demo mode every run is checked against the Space's limits before its folder is made
+(`space.check_train_config`) and is asked to stop (saving a checkpoint) at the Space's wall time, killed a minute later.
 """
 
 from __future__ import annotations
@@ -37,8 +42,10 @@ from pathlib import Path
 
 from ..config import TrainConfig
 from ..errors import JobError
+from ..refs import DATA_REF_FIELDS, MODEL_REF_FIELDS, check_visitor_refs
 from ..runs import RunSummary, atomic_write_text, run_path, save_config, summarize
 from ..sharing import child_env, is_shared
+from . import queue as waiting
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,14 +102,22 @@ def run_is_alive(run_dir: Path, *, pid_name: str = "pid") -> bool:
 class JobManager:
     """Starts, stops and reports training runs under one runs directory."""
 
-    def __init__(self, runs_dir: Path, *, python: str | None = None, stop_grace_s: float = 20.0, owner_only: bool | None = None) -> None:
+    def __init__(self, runs_dir: Path, *, python: str | None = None, stop_grace_s: float = 20.0, owner_only: bool | None = None,
+                 queue: bool | None = None, poll_s: float = 2.0) -> None:
+        from .. import space
+
         self.runs_dir = Path(runs_dir)
         self.owner_only = is_shared() if owner_only is None else owner_only  # None: decided by shared mode
+        self.queue = space.demo_mode() if queue is None else queue  # None: a waiting line on a Space in demo mode
+        self.poll_s = poll_s
+        self._supervisor: threading.Thread | None = None
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self.python = python or sys.executable
         self.stop_grace_s = stop_grace_s
         self._lock = threading.Lock()
         self._procs: dict[str, subprocess.Popen] = {}  # children of this process (reaped on poll)
+        if self.queue and waiting.line(self.run_dirs()):  # runs still waiting from before a restart
+            self._supervise()
 
     # ---- queries ---------------------------------------------------------------------------------
 
@@ -127,10 +142,35 @@ class JobManager:
         run_dir = run_path(self.runs_dir, name)
         if not (run_dir / "config.yaml").exists():
             raise JobError(key="message.jobs.no_run", name=name)
-        return summarize(run_dir, alive=self._alive(run_dir))
+        return self._placed(summarize(run_dir, alive=self._alive(run_dir)))
 
     def list_runs(self) -> list[RunSummary]:
-        return [summarize(d, alive=self._alive(d)) for d in self.run_dirs()]
+        return [self._placed(summarize(d, alive=self._alive(d))) for d in self.run_dirs()]
+
+    def place(self, name: str) -> waiting.Place | None:
+        """A queued run's position in the line and expected wait (engine/training/queue.py); None when not queued."""
+        from .. import space
+
+        line = waiting.line(self.run_dirs())
+        names = [d.name for d in line]
+        if name not in names:
+            return None
+        busy = self.active()
+        running = summarize(run_path(self.runs_dir, busy), alive=True) if busy else None
+        turn = space.limits().max_minutes * 60 if space.demo_mode() else None
+        position = names.index(name) + 1
+        return waiting.Place(position, waiting.expected_wait_s(position, running, turn))
+
+    def _placed(self, summary: RunSummary) -> RunSummary:
+        if summary.state == "queued":
+            place = self.place(summary.name)
+            if place is not None:
+                summary.queue_position, summary.queue_wait_s = place.position, place.wait_s
+                busy = self.active()
+                if busy:
+                    summary.queue_behind = busy
+                    summary.queue_device = summarize(run_path(self.runs_dir, busy), alive=True).device
+        return summary
 
     def finished_runs(self) -> list[RunSummary]:
         return [s for s in self.list_runs() if s.state == "finished" and s.output]
@@ -163,13 +203,21 @@ class JobManager:
             raise JobError(key=f"message.jobs.not_yours.{action}", name=name)
 
     def start(self, cfg: TrainConfig, owner: str | None = None) -> str:
-        """Start a new run; refuses while another run is going. Returns the run name. `owner`: the key of the
-        browser that starts it (only that key may stop it when `owner_only`)."""
+        """Start a new run; while another run (or a merge) is going, queue it (`queue`) or refuse. Returns the run name.
+        `owner`: the key of the browser that starts it (only that key may stop it when `owner_only`). On a shared app the
+        run's references go through the visitor gate first (engine/refs.py `check_visitor_refs`), whichever entry started
+        it; on a Space in demo mode a run above the Space's limits is refused next, naming the limit (engine/space.py)."""
+        from .. import space
+
+        check_visitor_refs({name: getattr(cfg, name, "") for name in (*MODEL_REF_FIELDS, *DATA_REF_FIELDS)})
+        space.check_train_config(cfg, self.runs_dir)  # before the lock: sizing a Hub model asks the Hub
         with self._lock:
             busy = self.active()
-            if busy:
+            waits = bool(busy or self.active_merge()) and self.queue
+            if busy and not waits:
                 raise JobError(key="message.jobs.busy_start", busy=busy)
-            self._refuse_while_merging()
+            if not waits:
+                self._refuse_while_merging()
             name = self.new_run_name(cfg)
             run_dir = run_path(self.runs_dir, name)
             if run_dir.exists() and any(run_dir.iterdir()):
@@ -181,21 +229,73 @@ class JobManager:
             save_config(run_dir, cfg)
             if owner:
                 atomic_write_text(run_dir / "owner", _owner_hash(owner) + "\n")
-            self._launch(run_dir, resume=False)
+            if waits:
+                waiting.enqueue(run_dir, resume=False)
+                self._supervise()
+            else:
+                self._launch(run_dir, resume=False)
             return name
 
     def resume(self, name: str) -> str:
         """Continue a stopped, failed or killed run from its last complete checkpoint."""
         with self._lock:
             busy = self.active()
-            if busy:
+            waits = bool(busy or self.active_merge()) and self.queue
+            if busy and not waits:
                 raise JobError(key="message.jobs.busy_resume", busy=busy, name=name)
-            self._refuse_while_merging()
+            if not waits:
+                self._refuse_while_merging()
             summary = self.status(name)
             if summary.state in ("finished",):
                 raise JobError(key="message.jobs.already_finished", name=name)
-            self._launch(summary.path, resume=True)
+            if summary.state == "queued":
+                return name
+            if waits:
+                waiting.enqueue(summary.path, resume=True)
+                self._supervise()
+            else:
+                self._launch(summary.path, resume=True)
             return name
+
+    # ---- the waiting line and the Space's wall time -----------------------------------------------------
+
+    def _supervise(self) -> None:
+        """Start the supervisor thread unless it runs (called under the lock)."""
+        if self._supervisor is None or not self._supervisor.is_alive():
+            self._supervisor = threading.Thread(target=self._supervise_loop, name="jobs-supervisor", daemon=True)
+            self._supervisor.start()
+
+    def _supervise_loop(self) -> None:
+        # Runs while anything is queued or a run has a deadline; a new one starts with the next queued run or deadline.
+        while True:
+            with self._lock:
+                more = self.tick()
+            if not more:
+                return
+            time.sleep(self.poll_s)
+
+    def tick(self) -> bool:
+        """One supervisor step (call it under the lock): stop a run past its deadline (kill it `space.KILL_GRACE_S`
+        later), start the first queued run when the machine is free. Returns whether there is more to watch."""
+        from .. import space
+
+        busy = self.active()
+        if busy:
+            run_dir = run_path(self.runs_dir, busy)
+            until = waiting.deadline_of(run_dir)
+            if until is not None and time.time() > until:
+                if not (run_dir / "STOP").exists():
+                    atomic_write_text(run_dir / "STOP", "the Space's time limit\n")
+                elif time.time() > until + space.KILL_GRACE_S:
+                    self.kill(busy)
+            return True
+        line = waiting.line(self.run_dirs())
+        if not line or self.active_merge():
+            return bool(line)
+        entry = waiting.claim(line[0])
+        if entry is not None:  # None: another job manager started it first
+            self._launch(line[0], resume=bool(entry.get("resume")))
+        return True
 
     def retry_smaller_batch(self, name: str, owner: str | None = None) -> str:
         """After an out-of-memory failure: a new run with half the micro batch and twice the accumulation
@@ -219,7 +319,17 @@ class JobManager:
         return self.start(retry, owner=owner)
 
     def _launch(self, run_dir: Path, *, resume: bool) -> None:
-        cmd = [self.python, "-m", "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
+        from .. import space
+        from ..hardware.distributed import launcher_argv
+        from ..runs import load_config
+
+        if space.demo_mode():  # the Space's wall time, from now (a resumed run gets a new turn)
+            waiting.set_deadline(run_dir, space.limits().max_minutes * 60)
+        cfg = load_config(run_dir / "config.yaml")
+        # ddp/fsdp: accelerate's launcher starts one process per GPU, each running the same command (a new session
+        # holds them all, so Stop's process-group kill reaches every rank)
+        head = launcher_argv(self.python, cfg.gpus) if cfg.distributed != "none" else [self.python, "-m"]
+        cmd = [*head, "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
         if resume:
             cmd.append("--resume")
         env = child_env(os.environ)  # shared mode: no Hub token for a visitor's run
@@ -234,10 +344,19 @@ class JobManager:
             proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO_ROOT), env=env, start_new_session=True)
         atomic_write_text(run_dir / "pid", f"{proc.pid} {proc_start_time(proc.pid) or ''}\n")
         self._procs[run_dir.name] = proc
+        if space.demo_mode() or self.queue:
+            self._supervise()
 
     def stop(self, name: str, *, wait: bool = True) -> RunSummary:
         """Ask the run to save and stop; kill its process tree if it does not exit in time."""
         run_dir = run_path(self.runs_dir, name)
+        if waiting.entry(run_dir) is not None:  # still waiting: it leaves the line, shown as stopped before its start
+            with self._lock:
+                waiting.leave(run_dir)
+            from ..runs import EventLog
+
+            EventLog(run_dir / "events.jsonl").write("stopped", step=0, checkpoint=None, message="left the queue")
+            return self.status(name)
         if not self._alive(run_dir):
             return self.status(name)
         atomic_write_text(run_dir / "STOP", "stop requested\n")

@@ -31,9 +31,10 @@ def train_model_choices(jobs: JobManager) -> list[str]:
 def playground_models(jobs: JobManager) -> list[str]:
     """Built-in models, finished runs, their merged models, then the catalog's Hub ids (downloaded when online)."""
     from ..estimator.catalog import catalog, compact_presets
-    from ..models.references import builtin_weights_dir
+    from ..models.references import builtin_weights_dir, shipped_examples
 
     out = [f"builtin:{p}" for p in compact_presets() if builtin_weights_dir(p, jobs.runs_dir) is not None]  # shipped or pretrained
+    out += [f"builtin:{name}" for name in shipped_examples() if f"builtin:{name}" not in out]  # fine-tuned examples (before/after)
     for s in jobs.finished_runs():
         out.append(f"run:{s.name}")
         if (jobs.runs_dir / s.name / "merged" / "config.json").exists():

@@ -9,7 +9,9 @@ The rules, in plain words:
   each prompt on its own: a second question must not be read as the continuation of the first (the date model
   would answer it with "2"); instruction and chat data keep the conversation; a run on plain text continues text;
 - the example prompt is a real row of the run's eval data (or of its training data), the canonical date prompt for a
-  date run, and a neutral question in the visitor's language for a base model.
+  date run, and a neutral question in the visitor's language for a base model;
+- a fine-tuned example shipped with the app (builtin:compact-mini-dates, engine/export/example.py) counts as a run on
+  its data: before any run has finished, Compare opens on it and its base, so before/after shows at once.
 """
 
 from __future__ import annotations
@@ -92,17 +94,30 @@ def run_config(runs_dir: Path, ref: str | None) -> TrainConfig | None:
         return None
 
 
+def shipped_example(ref: str | None) -> dict | None:
+    """The record of a fine-tuned example shipped with the app (builtin:NAME of engine/export/example.py), else None."""
+    from ..models.references import shipped_examples
+
+    ref = (ref or "").strip()
+    return shipped_examples().get(ref[len(BUILTIN_PREFIX):]) if ref.startswith(BUILTIN_PREFIX) else None
+
+
 def compare_pair(jobs: JobManager) -> tuple[str, str | None]:
     """Compare's (model A, model B): the newest finished run's base (before training) and that run (after); without a
-    finished run, the built-in model and nothing."""
+    finished run, a shipped fine-tuned example's base and that example; without either, the built-in model and nothing."""
+    from ..models.references import shipped_examples
+
     run = newest_finished(jobs)
     if run is None:
-        return DEFAULT_MODEL, None
+        example = next(iter(shipped_examples()), None)
+        return (run_base(jobs.runs_dir, f"{BUILTIN_PREFIX}{example}"), f"{BUILTIN_PREFIX}{example}") if example else (DEFAULT_MODEL, None)
     return run_base(jobs.runs_dir, f"{RUN_PREFIX}{run.name}"), f"{RUN_PREFIX}{run.name}"
 
 
 def run_base(runs_dir: Path, ref: str) -> str:
-    """The model a run started from (its base_model), the built-in model when it cannot be read."""
+    """The model a run (or a shipped example) started from (its base_model), the built-in model when it cannot be read."""
+    if (record := shipped_example(ref)) is not None:
+        return str(record["base_model"])
     cfg = run_config(runs_dir, ref)
     return cfg.base_model if cfg is not None and cfg.base_model else DEFAULT_MODEL
 
@@ -113,7 +128,7 @@ def compare_note(runs_dir: Path, model_a: str | None, model_b: str | None, lang:
     model_a = model_a or DEFAULT_MODEL
     if not model_b:
         return i18n.t("playground.compare.note_no_run", lang, a=model_a)
-    if run_name(model_b) and run_base(runs_dir, model_b) == model_a:
+    if (run_name(model_b) or shipped_example(model_b)) and run_base(runs_dir, model_b) == model_a:
         return i18n.t("playground.compare.note_pair", lang, a=model_a, b=model_b)
     return i18n.t("playground.compare.note_any", lang, a=model_a, b=model_b)
 
@@ -181,6 +196,8 @@ def neutral_prompt(lang: str) -> str:
 def start_for(runs_dir: Path, ref: str | None, lang: str) -> Start:
     """What the playground shows for `ref` (see the module docstring)."""
     cfg = run_config(runs_dir, ref)
+    if cfg is None and (shipped_example(ref) or {}).get("dataset") == DATES_DATASET:
+        return Start(ref, DATES_PROMPT, False, "chat", "precise", "task")
     if cfg is None:
         return Start(ref, neutral_prompt(lang), True, "chat", "balanced", "base")
     if cfg.dataset.strip() == DATES_DATASET:

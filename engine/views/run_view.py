@@ -25,10 +25,16 @@ if TYPE_CHECKING:
 
 
 def scrub_paths(text: str, runs_dir: Path) -> str:
-    """`text` with the server's folders replaced by placeholders (<runs>, <app>, ~): what a visitor may see of a log."""
+    """`text` with the server's folders replaced by placeholders (<runs>, <app>, ~): what a visitor may see of a log. On a
+    shared app an uploaded file is only "(an uploaded file)": its name may say whose data it is (run_history `data_label`)."""
+    import re
     import sys
 
+    from ..sharing import is_shared
+
     out = str(text or "")
+    if is_shared():  # <...>/_uploads/<session>/<hash>-<name>, as engine/views/uploads.py names them
+        out = re.sub(r"[^\s'\"]*_uploads/[0-9a-f]{16}/[^\s'\"]+", t("finetune.history.uploaded"), out)
     places = [(str(Path(runs_dir).resolve()), "<runs>"), (str(Path(runs_dir)), "<runs>"), (str(Path(__file__).resolve().parents[2]), "<app>"),
               (sys.prefix, "<python>"), (str(Path.home()), "~")]
     for real, label in sorted(places, key=lambda p: -len(p[0])):
@@ -148,6 +154,10 @@ def status_md(s: RunSummary, lang: str = "en") -> str:
     task scores and what to do next, as Markdown in `lang`."""
     phase = f" — {phase_text(scrub_paths(s.phase, s.path.parent), lang)}" if s.state == "running" and s.phase else ""
     lines = [f"### {STATE_ICONS.get(s.state, '')} {s.name}: {state_text(s.state, lang)}{phase}"]
+    if s.state == "queued":  # its place in the waiting line (engine/training/queue.py)
+        from .space_view import queue_md
+
+        lines.append(queue_md(s, lang, running_device=s.queue_device or ""))
     if s.max_steps:
         step = t("finetune.status.step", lang, step=fmt_number(s.step, lang), total=fmt_number(s.max_steps, lang))
         lines.append(step + (" · " + t("finetune.status.loss", lang, loss=fmt_loss(s.last_loss, lang)) if s.last_loss is not None else ""))

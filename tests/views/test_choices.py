@@ -24,8 +24,9 @@ def test_playground_lists_pretrained_builtins_runs_merged_models_then_the_catalo
     _touch(builtin_model_dir("compact-mini", tmp_path) / "config.json")
     _touch(tmp_path / "full-run" / "merged" / "config.json")
     models = playground_models(_jobs(tmp_path, "lora-run", "full-run"))
-    assert models[:4] == ["builtin:compact-mini", "run:lora-run", "run:full-run", "run:full-run/merged"]
-    assert len(models) > 4 and all("/" in m or not m.startswith(("run:", "builtin:")) for m in models[4:])
+    # the built-in model, the fine-tuned example shipped beside it (before/after at once), the runs, then the catalog
+    assert models[:5] == ["builtin:compact-mini", "builtin:compact-mini-dates", "run:lora-run", "run:full-run", "run:full-run/merged"]
+    assert len(models) > 5 and all("/" in m or not m.startswith(("run:", "builtin:")) for m in models[5:])
 
 
 def test_training_suggests_every_builtin_preset_even_before_pretraining(tmp_path):

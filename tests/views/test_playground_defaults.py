@@ -38,7 +38,11 @@ def test_without_finished_runs_the_builtin_model_is_the_default(tmp_path):
     jobs = JobManager(tmp_path)
     _run(tmp_path, "crashed", ended=1, state="error")  # a failed run is never a default
     assert pd.default_model(jobs) == "builtin:compact-mini"
-    assert pd.compare_pair(jobs) == ("builtin:compact-mini", None)
+    # Compare opens on the shipped fine-tuned example and its base: before/after before any run of one's own
+    assert pd.compare_pair(jobs) == ("builtin:compact-mini", "builtin:compact-mini-dates")
+    assert "before training" in pd.compare_note(tmp_path, *pd.compare_pair(jobs), "en")
+    example = pd.start_for(tmp_path, "builtin:compact-mini-dates", "en")
+    assert example.example == pd.DATES_PROMPT and not example.keep and example.preset == "precise"
     start = pd.start_for(tmp_path, pd.default_model(jobs), "pt-BR")
     assert start.example == "Explique em duas frases o que é um modelo de linguagem." and start.keep and start.mode == "chat"
     assert pd.start_for(tmp_path, "Qwen/Qwen2.5-0.5B-Instruct", "en").example == "Explain in two sentences what a language model is."
