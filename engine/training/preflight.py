@@ -1,7 +1,7 @@
 """What a training run checks before it writes anything: refusals before side effects.
 
 A run refused for its settings (a precision this device or model family cannot train in, a quantization compute
-dtype likewise) must leave no run folder behind, whether it was started from the command line
+dtype likewise, FSDP without GPUs) must leave no run folder behind, whether it was started from the command line
 (`python -m engine train`, engine/cli.py) or from the page (engine/training/jobs.py `JobManager.start`), so both
 call `check_before_start` before they create the folder; the run itself (engine/training/run.py) resolves its
 precision with the same function, so the three cannot disagree. Only checks that need no weights and no data
@@ -49,8 +49,13 @@ def training_precision(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo | No
 
 
 def check_before_start(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo | None = None) -> RunPrecision:
-    """Every refusal a run of `cfg` would meet before loading weights or data, raised now (ConfigError naming the
-    field): the training precision and, for a QLoRA run, the 4-bit layers' compute dtype."""
+    """Every refusal a run of `cfg` would meet before loading weights or data, raised now: the distributed mode
+    (FSDP needs GPUs), the training precision and, for a QLoRA run, the 4-bit layers' compute dtype (ConfigError
+    naming the field)."""
+    from ..hardware.distributed import check_mode
+
+    device = device or detect_device()
+    check_mode(cfg.distributed, device.kind)
     precision = training_precision(cfg, runs_dir, device)
     if cfg.method == "qlora":
         resolve_dtype(cfg.quant.compute_dtype, precision.device, field="quant.compute_dtype", model_type=precision.model_type)

@@ -133,13 +133,12 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
     """Open the run folder (clear a stale STOP file, drop half-written checkpoints on resume), save the config and
     write the `start` event."""
     device = detect_device()
-    distributed.check_mode(cfg.distributed, device.kind)
     # Under `accelerate launch` (engine/hardware/distributed.py) every rank runs this function; rank 0 alone writes
     # the run folder (EventLog and save_config check the rank) and the others wait for it where they read it.
     distributed.init(cpu=device.kind == "cpu")
     main = distributed.is_main_process()
-    # Refusals before side effects (engine/training/preflight.py): a precision this device or model family cannot
-    # train in is refused before the run folder exists, so a refused command leaves nothing behind.
+    # Refusals before side effects (engine/training/preflight.py): FSDP without GPUs, or a precision this device or
+    # model family cannot train in, is refused before the run folder exists, so a refused command leaves nothing.
     precision = check_before_start(cfg, runs_dir, device)
     model_type, dtype = precision.model_type, precision.dtype
     run_dir.mkdir(parents=True, exist_ok=True)

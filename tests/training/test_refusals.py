@@ -7,7 +7,7 @@ import pytest
 
 from engine.cli import main
 from engine.config import QuantSettings, TrainConfig
-from engine.errors import ConfigError
+from engine.errors import EngineError
 from engine.hardware.device import ENV_CPU_FP16_AMP
 from engine.training.jobs import JobManager
 
@@ -17,6 +17,7 @@ REFUSED = [
     ("4-bit compute in fp16 on a CPU", ["--method", "qlora", "--quant-compute-dtype", "fp16"],
      dict(method="qlora", quant=QuantSettings(mode="4bit", compute_dtype="fp16")), {}),
     ("bf16 on a stand-in T4", ["--precision", "bf16"], dict(precision="bf16"), {ENV_CPU_FP16_AMP: "1"}),
+    ("FSDP on a CPU", ["--distributed", "fsdp"], dict(distributed="fsdp"), {}),
 ]
 
 
@@ -34,7 +35,7 @@ def test_the_cli_refuses_before_creating_the_run_folder(why, flags, fields, env,
     name = ["--run-name", "refused"] if named else []
     assert main(["train", "--dataset", "builtin:dates", *flags, *name]) == 2
     err = capsys.readouterr().err
-    assert "is not allowed" in err and ("precision" in err or "compute_dtype" in err), err
+    assert "error:" in err and ("precision" in err or "compute_dtype" in err or "FSDP" in err), err
     assert not runs.exists() or not any(runs.iterdir())
 
 
@@ -45,6 +46,6 @@ def test_the_page_refuses_before_creating_the_run_folder(why, flags, fields, env
     runs = tmp_path / "runs"
     runs.mkdir()
     jobs = JobManager(runs)
-    with pytest.raises(ConfigError):
+    with pytest.raises(EngineError):
         jobs.start(TrainConfig(dataset="builtin:dates", run_name="refused", **fields))
     assert not any(runs.iterdir()) and jobs.active() is None
