@@ -223,8 +223,7 @@ class JobManager:
             if run_dir.exists() and any(run_dir.iterdir()):
                 raise JobError(key="message.jobs.name_taken", name=name)
             from .preflight import check_before_start
-
-            check_before_start(cfg, self.runs_dir)  # a refused config (precision on this device...) leaves no folder
+            check_before_start(cfg, self.runs_dir)  # refusals before side effects: a refused config leaves no folder
             run_dir.mkdir(parents=True, exist_ok=True)
             save_config(run_dir, cfg)
             if owner:
