@@ -9,7 +9,7 @@ measured against the *strongest* baseline:
     eval loss after the same optimizer steps within +-2%
 
     python bench/train_throughput.py [--suite builtin-full,builtin-lora,llama-lora,llama-qlora] [--repeats N]
-                                     [--ablation] [--recipes library,ours] [--epochs E] [--json OUT]
+                                     [--ablation] [--candidates] [--recipes library,ours] [--epochs E] [--json OUT]
 
 Recipes (all the transformers `Trainer` with the engine's own TrainingArguments (engine/training/trainer.py), the
 same model init, data rows, held-out eval rows, seed, optimizer, learning rate, schedule and number of epochs):
@@ -31,6 +31,14 @@ same model init, data rows, held-out eval rows, seed, optimizer, learning rate, 
            (engine/hardware/cpu_bf16.py `bound_kernel_cache`).
   --ablation adds "library + bf16" (dynamic padding with our precision) and "ours in fp32" (packing alone), to
            show where the gain comes from.
+  --candidates adds the speed-ups measured before adopting them (each is ours with one change):
+           ours-compile   `TrainingArguments(torch_compile=True)`: the Trainer compiles the model with inductor
+                          (C++ kernels on a CPU, Triton on CUDA); the compile time is inside the timed train()
+           ours-foreach   AdamW with `foreach=True` (multi-tensor) instead of our fused AdamW
+           ours-forloop   AdamW as torch runs it on a CPU by default (a loop over the parameters)
+           ours-chunked   the scored-positions loss computed in chunks of 1024 positions, each chunk's logits
+                          recomputed in the backward pass (never a whole `positions x vocabulary` fp32 matrix), as
+                          the chunked/fused cross-entropy losses of Liger and Unsloth do
 
 Suites (the issue's "built-in data and a tiny Llama with LoRA and QLoRA"):
   builtin-full   the pretrained built-in compact-mini, full fine-tune on builtin:dates with the fine-tune form's
@@ -41,7 +49,10 @@ Suites (the issue's "built-in data and a tiny Llama with LoRA and QLoRA"):
   llama-qlora    the same in 4-bit (bitsandbytes nf4 on the CPU), QLoRA.
 
 Measurement: each recipe runs in its own subprocess (a process's peak RSS cannot be reset), the recipes of a suite
-interleaved and their order rotated each repetition, min and median reported. Peak memory: on CUDA
+interleaved, in forward order in odd repetitions and reversed in even ones (A B C, C B A, ...: over each pair of
+repetitions every recipe has run as often early as late, so no recipe gets the quieter minute by its place), and
+every repetition is printed (tok/s of each recipe and ours' ratio to each recipe measured in the same repetition)
+beside the max and median. Peak memory: on CUDA
 `torch.cuda.max_memory_allocated` during `trainer.train()`; on CPU the resident set size sampled every 2 ms during
 `trainer.train()` minus the RSS just before it ("train peak": activations, gradients, optimizer state, autocast
 copies, allocator growth), with glibc told to return freed blocks >= 64 KiB at once so that RSS follows the live
@@ -75,12 +86,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 TARGET_SPEEDUP, TARGET_MEMORY, TARGET_LOSS = 1.5, 1.0, 0.02
 RECIPES = ("plain", "library", "ours")
 ABLATION = ("library-bf16", "ours-fp32")
+CANDIDATES = ("ours-compile", "ours-foreach", "ours-forloop", "ours-chunked")
 LABELS = {
     "plain": "plain (pad to max, batch 1, fp32)",
     "library": "library default (dynamic padding, fp32)",
     "ours": "ours = app defaults (packing + auto precision)",
     "library-bf16": "ablation: library + bf16 autocast",
     "ours-fp32": "ablation: ours in fp32 (packing alone)",
+    "ours-compile": "candidate: ours + torch.compile (inductor, compile time included)",
+    "ours-foreach": "candidate: ours with foreach AdamW",
+    "ours-forloop": "candidate: ours with for-loop AdamW (torch's CPU default)",
+    "ours-chunked": "candidate: ours + chunked loss (1024 positions)",
 }
 SUITES: dict[str, dict[str, Any]] = {
     "builtin-full": {"model": "builtin", "method": "full", "dataset": "builtin:dates", "micro_batch": 16, "grad_accum": 1,
@@ -139,7 +155,7 @@ def _train_config(recipe: str, spec: dict[str, Any]) -> Any:
 
     ours = recipe.startswith("ours")
     plain = recipe == "plain"
-    precision = "auto" if recipe in ("ours", "library-bf16") else "fp32"
+    precision = "fp32" if recipe in ("plain", "library", "ours-fp32") else "auto"
     if recipe == "library-bf16":
         precision = "bf16"
     return TrainConfig(
@@ -232,18 +248,28 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
         # ours: the run's own Trainer class (engine/training/trainer.py: the loss on the scored positions only);
         # the baselines: transformers' Trainer as it comes
         trainer_cls = trainer_class(cfg.method) if recipe.startswith("ours") else Trainer
-        trainer = trainer_cls(model=model, args=args, train_dataset=data.train, data_collator=collator, processing_class=tokenizer)
+        extra: dict[str, Any] = {}
+        if recipe == "ours-compile":  # the Trainer's own option (accelerate's TorchDynamoPlugin), as a user would turn it on
+            args.torch_compile, args.torch_compile_backend = True, "inductor"
+        elif recipe in ("ours-foreach", "ours-forloop"):  # the Trainer's AdamW settings, another implementation
+            params = [q for q in model.parameters() if q.requires_grad]
+            extra["optimizers"] = (torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                                                     foreach=recipe == "ours-foreach"), None)
+        elif recipe == "ours-chunked":
+            trainer_cls = type("ChunkedLossTrainer", (ChunkedLoss, trainer_cls), {})
+        trainer = trainer_cls(model=model, args=args, train_dataset=data.train, data_collator=collator, processing_class=tokenizer, **extra)
         if device.kind == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base_alloc = torch.cuda.memory_allocated()
         ours_cpu = recipe.startswith("ours") and device.kind == "cpu"
         with _RssPeak() as rss, fp32_attention() if ours_cpu else contextlib.nullcontext():  # as engine/training/run.py
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             trainer.train()
             if device.kind == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
+            cpu_seconds = time.process_time() - c0  # every thread of this process: what other load cannot inflate
         peak = (torch.cuda.max_memory_allocated() - base_alloc) if device.kind == "cuda" else rss.peak - rss.start
         useful = trainer.state.num_input_tokens_seen
         speed_run = spec["measure"] == "speed"  # a memory run's clock is slowed by its allocator setting (_run)
@@ -254,9 +280,96 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
         "rows": len(data.train), "samples": data.report.get("train_examples"), "micro_batch": args.per_device_train_batch_size,
         "grad_accum": args.gradient_accumulation_steps, "steps": trainer.state.global_step, "seconds": seconds,
         "useful_tokens": int(useful), "expected_useful": int(useful_per_epoch * cfg.epochs),
-        "tok_s": useful / seconds, "train_peak_mib": peak / 2**20, "process_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "tok_s": useful / seconds, "cpu_s": cpu_seconds, "tok_per_cpu_s": useful / cpu_seconds, "train_peak_mib": peak / 2**20, "process_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "eval_after": loss_after, "date_accuracy": accuracy,
     }
+
+
+class _ChunkedCrossEntropy:
+    """sum of cross-entropy(hidden @ weight.T, targets) over rows, `chunk` rows at a time, each chunk's logits
+    recomputed in the backward pass (the `rows x vocabulary` matrix is never whole). Built lazily (torch import)."""
+
+    fn: Any = None
+
+    @classmethod
+    def apply(cls, hidden: Any, weight: Any, targets: Any, chunk: int) -> Any:
+        if cls.fn is None:
+            cls.fn = _make_chunked_ce()
+        return cls.fn.apply(hidden, weight, targets, chunk)
+
+
+def _make_chunked_ce() -> Any:
+    import torch
+    import torch.nn.functional as F
+
+    class ChunkedCE(torch.autograd.Function):
+        @staticmethod
+        @torch.amp.custom_fwd(device_type="cpu")
+        def forward(ctx: Any, hidden: Any, weight: Any, targets: Any, chunk: int) -> Any:
+            total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            for i in range(0, hidden.shape[0], chunk):
+                total += F.cross_entropy(F.linear(hidden[i:i + chunk], weight).float(), targets[i:i + chunk], reduction="sum")
+            ctx.save_for_backward(hidden, weight, targets)
+            ctx.chunk = chunk
+            return total
+
+        @staticmethod
+        @torch.amp.custom_bwd(device_type="cpu")
+        def backward(ctx: Any, grad: Any) -> Any:
+            hidden, weight, targets = ctx.saved_tensors
+            grad_hidden = torch.empty_like(hidden)
+            grad_weight = torch.zeros_like(weight, dtype=torch.float32) if weight.requires_grad else None
+            for i in range(0, hidden.shape[0], ctx.chunk):
+                h = hidden[i:i + ctx.chunk]
+                logits = F.linear(h, weight)
+                d = torch.softmax(logits.float(), dim=-1)
+                d[torch.arange(d.shape[0]), targets[i:i + ctx.chunk]] -= 1
+                d = (d * grad).to(logits.dtype)
+                grad_hidden[i:i + ctx.chunk] = (d @ weight.to(d.dtype)).to(hidden.dtype)
+                if grad_weight is not None:
+                    grad_weight += (d.t() @ h.to(d.dtype)).float()
+            return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None
+
+    return ChunkedCE
+
+
+class ChunkedLoss:
+    """Mixed before the run's Trainer class for the "ours-chunked" candidate: the scored-positions loss of
+    engine/training/loss.py with the head and cross-entropy computed chunk by chunk (_ChunkedCrossEntropy)."""
+
+    chunk = 1024
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
+        import torch
+
+        from engine.training.loss import scored_positions
+
+        labels = inputs.get("labels")
+        head = self.accelerator.unwrap_model(model).get_output_embeddings()
+        if return_outputs or labels is None or head is None or getattr(head, "bias", None) is not None:
+            return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+        keep, targets = scored_positions(labels)
+        captured: list[Any] = []
+
+        def grab(_module: Any, args: tuple) -> None:
+            captured.append(args[0][keep])
+            raise _Captured
+
+        handle = head.register_forward_pre_hook(grab)
+        try:
+            model(**{k: v for k, v in inputs.items() if k != "labels"})
+        except _Captured:
+            pass
+        finally:
+            handle.remove()
+        loss = _ChunkedCrossEntropy.apply(captured[0], head.weight, targets, self.chunk)
+        if self.model_accepts_loss_kwargs and num_items_in_batch is not None:
+            return loss / (num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch) else num_items_in_batch)
+        return loss / targets.numel()
+
+
+class _Captured(Exception):
+    """Raised by ChunkedLoss's hook to stop the forward pass at the output head (its input is all the loss needs)."""
 
 
 def _date_accuracy(model: Any, tokenizer: Any, device: Any, dtype: Any) -> float:
@@ -334,13 +447,14 @@ def _run(recipe: str, spec: dict[str, Any], measure: str) -> dict[str, Any]:
 
 
 def _table(suite: str, results: list[dict[str, Any]], spec: dict[str, Any]) -> tuple[str, bool]:
-    recipes = [r for r in (*RECIPES, *ABLATION) if any(x["recipe"] == r for x in results)]
+    recipes = [r for r in (*RECIPES, *ABLATION, *CANDIDATES) if any(x["recipe"] == r for x in results)]
     by = {r: [x for x in results if x["recipe"] == r and x["measure"] == "speed"] for r in recipes}
     mem_by = {r: [x for x in results if x["recipe"] == r and x["measure"] == "memory"] for r in recipes}
     stat = {r: {k: (min(x[k] for x in v), statistics.median(x[k] for x in v)) for k in ("tok_s", "eval_after", "seconds")}
             for r, v in by.items()}
     for r, v in mem_by.items():
-        stat[r].update({k: (min(x[k] for x in v), statistics.median(x[k] for x in v)) for k in ("train_peak_mib", "process_peak_rss_mib")})
+        nan = (float("nan"), float("nan"))  # --no-memory: no memory runs
+        stat[r].update({k: (min(x[k] for x in v), statistics.median(x[k] for x in v)) if v else nan for k in ("train_peak_mib", "process_peak_rss_mib")})
     first = by["ours"][0]
     unit = "MiB, GPU allocated" if first["device_kind"] == "cuda" else "MiB, RSS growth"
     lines = [
@@ -370,12 +484,43 @@ def _table(suite: str, results: list[dict[str, Any]], spec: dict[str, Any]) -> t
         f"eval loss {ours['eval_after'][1] / stat[r]['eval_after'][1] - 1:+.1%}" for r in recipes if r != "ours"))
     checks = [
         (f"against the strongest baseline ({strongest}): useful tokens/s {speed:.2f}x (target >= {TARGET_SPEEDUP}x)", speed >= TARGET_SPEEDUP),
-        (f"peak memory {mem:.2f}x (target <= {TARGET_MEMORY}x)", mem <= TARGET_MEMORY),
+        (f"peak memory {mem:.2f}x (target <= {TARGET_MEMORY}x)", mem <= TARGET_MEMORY) if mem == mem  # nan: --no-memory
+        else ("peak memory not measured (--no-memory)", None),
         (f"eval loss after the same optimizer steps and useful tokens {loss:+.1%} (target within +-{TARGET_LOSS:.0%}; same steps and tokens: {same})",
          abs(loss) <= TARGET_LOSS and same),
     ]
-    lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in checks]
-    return "\n".join(lines), all(ok for _, ok in checks)
+    lines += [f"- {'SKIP' if ok is None else 'PASS' if ok else 'FAIL'}: {text}" for text, ok in checks]
+    lines += ["", *_repetitions(by, recipes)]
+    return "\n".join(lines), all(ok is not False for _, ok in checks)
+
+
+def _repetitions(by: dict[str, list[dict[str, Any]]], recipes: list[str]) -> list[str]:
+    """Every repetition: each recipe's tok/s (its place in that repetition's order in brackets) and ours' ratio to
+    each other recipe measured in the same repetition, then the median of those paired ratios."""
+    others = [r for r in recipes if r != "ours"]
+    lines = ["Each repetition (useful tok/s; ratios of ours to the recipe in the same repetition):", "",
+             "| repetition | " + " | ".join(LABELS[r].split(" (")[0] for r in recipes) + " | " + " | ".join(f"ours / {r}" for r in others) + " |",
+             "|---|" + "---|" * (len(recipes) + len(others))]
+    reps = sorted({x["repetition"] for r in recipes for x in by[r] if "repetition" in x})
+    paired: dict[str, list[float]] = {r: [] for r in others}
+    for i in reps:
+        at = {r: next((x for x in by[r] if x.get("repetition") == i), None) for r in recipes}
+        if at["ours"] is None:
+            continue
+        for r in others:
+            if at[r] is not None:
+                paired[r].append(at["ours"]["tok_s"] / at[r]["tok_s"])
+        lines.append(f"| {i} | " + " | ".join(f"{at[r]['tok_s']:,.0f}" if at[r] else "-" for r in recipes) + " | "
+                     + " | ".join(f"{at['ours']['tok_s'] / at[r]['tok_s']:.2f}x" if at[r] else "-" for r in others) + " |")
+    lines.append("| median of paired ratios | " + " | ".join("" for _ in recipes) + " | "
+                 + " | ".join(f"{statistics.median(v):.2f}x" if v else "-" for v in paired.values()) + " |")
+    # tokens per CPU-second of the training process: on a machine shared with other jobs, what waiting for a core
+    # cannot inflate (1 thread by default)
+    cpu = {r: [x["tok_per_cpu_s"] for x in by[r] if "tok_per_cpu_s" in x] for r in recipes}
+    if all(cpu.values()):
+        lines += ["", "Tokens per CPU-second (median): " + "; ".join(f"{r} {statistics.median(v):,.0f}" for r, v in cpu.items())
+                  + ". Ours / each: " + "; ".join(f"{r} {statistics.median(cpu['ours']) / statistics.median(cpu[r]):.2f}x" for r in others)]
+    return lines
 
 
 def _accuracy(runs: list[dict[str, Any]]) -> str:
@@ -388,6 +533,9 @@ def main() -> None:
     ap.add_argument("--suite", default=",".join(SUITES), help="comma-separated: " + ", ".join(SUITES))
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--ablation", action="store_true", help="also run library + bf16 and ours in fp32")
+    ap.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+                    help="also measure peak memory in one more run per recipe (--no-memory: tokens/s and loss only)")
+    ap.add_argument("--candidates", action="store_true", help="also run the candidate speed-ups: " + ", ".join(CANDIDATES))
     ap.add_argument("--recipes", default=None, help="comma-separated subset to run (must include ours and a baseline), e.g. "
                     "library,ours for long runs where the plain recipe takes too long")
     ap.add_argument("--epochs", type=float, default=None, help="override every suite's epochs")
@@ -410,10 +558,12 @@ def main() -> None:
     if unknown:
         ap.error(f"--suite: unknown {unknown}; choose from {', '.join(SUITES)}")
     recipes = (*RECIPES, *ABLATION) if args.ablation else RECIPES
+    if args.candidates:
+        recipes = (*recipes, *CANDIDATES)
     if args.recipes:
         chosen = tuple(r.strip() for r in args.recipes.split(",") if r.strip())
-        if "ours" not in chosen or not {"plain", "library"} & set(chosen) or set(chosen) - {*RECIPES, *ABLATION}:
-            ap.error(f"--recipes: ours, plain and/or library, and any of {', '.join(ABLATION)}")
+        if "ours" not in chosen or not {"plain", "library"} & set(chosen) or set(chosen) - {*RECIPES, *ABLATION, *CANDIDATES}:
+            ap.error(f"--recipes: ours, plain and/or library, and any of {', '.join((*ABLATION, *CANDIDATES))}")
         recipes = chosen
     from engine.hardware.device import detect_device, precision_reason
 
@@ -426,12 +576,16 @@ def main() -> None:
                 spec["epochs"] = args.epochs
             spec["path"] = _prepare(spec["model"], args, Path(tmp), cache)
             results = []
-            for i in range(args.repeats):  # rotate the order: a machine that slows down over time favours no recipe
-                order = recipes[i % len(recipes):] + recipes[: i % len(recipes)]
+            for i in range(args.repeats):  # A B C, C B A, ...: over each pair of repetitions no recipe gets the quieter place
+                order = recipes if i % 2 == 0 else tuple(reversed(recipes))
                 for recipe in order:
                     print(f"{suite} run {i + 1}/{args.repeats}: {recipe} ...", flush=True)
-                    results.append(_run(recipe, spec, "speed"))
-            for recipe in recipes:  # peak memory is deterministic enough for one run each
+                    result = _run(recipe, spec, "speed")
+                    result["repetition"] = i + 1
+                    results.append(result)
+                    print(f"  {recipe}: {result['tok_s']:,.0f} tok/s, {result['tok_per_cpu_s']:,.0f} tok per CPU-second, "
+                          f"{result['seconds']:.1f} s, {result['steps']} steps, eval loss {result['eval_after']:.4f}", flush=True)
+            for recipe in recipes if args.memory else ():  # peak memory is deterministic enough for one run each
                 print(f"{suite} memory run: {recipe} ...", flush=True)
                 results.append(_run(recipe, spec, "memory"))
             text, passed = _table(suite, results, spec)

@@ -60,3 +60,8 @@ def test_fp16_amp_qlora_with_atomic_checkpoints_on_cuda(runs_dir):
     assert [s for s, _ in checkpoints(runs_dir / cfg.run_name)] == [3, 6]
     assert all(is_complete_checkpoint(p) for _, p in checkpoints(runs_dir / cfg.run_name))
     assert not (runs_dir / cfg.run_name / CHECKPOINT_STAGING).exists()
+    # the grad scaler accelerate builds on a GPU (the same one engine/training/cpu_fp16.py installs on a CPU stand-in):
+    # its scale in the progress events and its state in every checkpoint
+    progress = [e for e in read_events(runs_dir / cfg.run_name) if e["type"] == "progress"]
+    assert all(e["loss_scale"] > 0 and e["skipped_steps"] >= 0 for e in progress)
+    assert all((p / "scaler.pt").exists() for _, p in checkpoints(runs_dir / cfg.run_name))

@@ -12,7 +12,13 @@ One place decides which dtype a job computes in, so that the loader, the trainer
 Model families that overflow in fp16 (Gemma, Gemma-2/3, T5, ... — `presets/precision.yaml`, each with its source)
 change the older-GPU row when the caller passes the model's `model_type`: `auto` computes in fp32 there (policy
 `fp32`) and an explicit `fp16` is refused with advice; policy `refuse` refuses `auto` too. On bf16 devices and on
-CPU nothing changes (neither picks fp16 by itself). The form, the estimator, the loader and the training run all
+CPU nothing changes (neither picks fp16 by itself).
+
+Developer switch `COMPACT_LAB_CPU_FP16_AMP=1` (tests and CI, never the form): the CPU stands in for a T4 — the
+policy takes the older-GPU row (auto = fp16, family rules included, bf16 refused) and training runs the real fp16
+mixed-precision path, fp16 autocast on the CPU with a `GradScaler("cpu")` (engine/training/cpu_fp16.py). It is
+slow (CPU fp16 kernels are few) and exists so that loss scaling, skipped steps and the scaler in checkpoints are
+exercised without a GPU. The form, the estimator, the loader and the training run all
 resolve through `resolve_dtype(..., model_type=...)`, so they agree.
 
 Why fp16 is refused on CPU: most CPU kernels have no fp16 path (they upcast per op or are missing), so an
@@ -44,6 +50,7 @@ from ..errors import ConfigError
 from ..i18n import t
 
 DeviceKind = Literal["cuda", "cpu"]
+ENV_CPU_FP16_AMP = "COMPACT_LAB_CPU_FP16_AMP"  # developer switch: the CPU stands in for a GPU without bf16 (module doc)
 
 _DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 PRECISION_FILE = Path(__file__).resolve().parents[2] / "presets" / "precision.yaml"
@@ -90,6 +97,12 @@ class DeviceInfo:
     bf16: bool  # native bf16 support (Ampere+ on CUDA; torch bf16 kernels on CPU)
     capability: tuple[int, int] | None = None  # CUDA compute capability, None on CPU
     bf16_fast: bool = False  # bf16 is faster than fp32 here, so `auto` picks it (Ampere+; a CPU with AMX/AVX512-BF16)
+    fp16_amp_standin: bool = False  # a CPU standing in for a T4 (COMPACT_LAB_CPU_FP16_AMP=1): fp16 mixed precision
+
+    @property
+    def gpu_policy(self) -> bool:
+        """Whether the GPU rows of the dtype policy apply: a CUDA GPU, or a CPU standing in for a T4."""
+        return self.kind == "cuda" or self.fp16_amp_standin
 
     @property
     def torch_device(self) -> torch.device:
@@ -138,6 +151,9 @@ def detect_device() -> DeviceInfo:
         )
     from .cpu_bf16 import bf16_is_fast
 
+    if os.environ.get(ENV_CPU_FP16_AMP, "") == "1":  # the developer switch (module doc): a CPU with a T4's policy
+        return DeviceInfo(kind="cpu", name=f"{_cpu_name()} (standing in for a GPU without bf16: {ENV_CPU_FP16_AMP}=1)",
+                          total_gib=_cpu_total_gib(), bf16=False, capability=None, bf16_fast=False, fp16_amp_standin=True)
     name, bf16 = _cpu_name(), _cpu_bf16_ok()
     return DeviceInfo(kind="cpu", name=name, total_gib=_cpu_total_gib(), bf16=bf16, capability=None, bf16_fast=bf16 and bf16_is_fast(name))
 
@@ -161,7 +177,7 @@ def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str =
     device = device or detect_device()
     rule = fp16_rule(model_type)
     if choice == "auto":
-        if device.kind == "cuda":
+        if device.gpu_policy:
             if device.bf16:
                 return torch.bfloat16
             if rule is None:
@@ -173,14 +189,16 @@ def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str =
     if choice not in _DTYPES:
         raise ConfigError(field, choice, allowed_key="message.allowed.choices", choices=["auto", *_DTYPES])
     if choice == "bf16" and not device.bf16:
+        if device.fp16_amp_standin:
+            raise ConfigError(field, choice, f"fp16, fp32 or auto: {ENV_CPU_FP16_AMP}=1 makes this CPU stand in for a GPU without bf16")
         if device.kind == "cuda":
             cap = ".".join(map(str, device.capability or ()))
             raise ConfigError(field, choice, allowed_key="error.allowed.no_bf16_gpu_family" if rule else "error.allowed.no_bf16_gpu",
                               gpu=device.name, cap=cap)
         raise ConfigError(field, choice, allowed_key="error.allowed.no_bf16_cpu")
-    if choice == "fp16" and rule is not None and device.kind == "cuda":
+    if choice == "fp16" and rule is not None and device.gpu_policy:
         raise ConfigError(field, choice, _fp16_advice(rule, model_type, device, allow_fp32=rule.policy == "fp32"))
-    if choice == "fp16" and device.kind == "cpu":
+    if choice == "fp16" and device.kind == "cpu" and not device.fp16_amp_standin:
         raise ConfigError(field, choice, allowed_key="error.allowed.fp16_cpu")
     return _DTYPES[choice]
 
@@ -189,6 +207,11 @@ def precision_reason(device: DeviceInfo | None = None, model_type: str | None = 
     """One line saying what `auto` computes in on `device` (for a model whose config.json says `model_type`) and
     why, in `lang`, for the fine-tune form and the logs; it follows `resolve_dtype`."""
     device = device or detect_device()
+    if device.fp16_amp_standin:
+        rule = fp16_rule(model_type)
+        if rule is not None:
+            return f"auto picks fp32: {rule.name} overflows in fp16 and {device.name} has no bf16"
+        return f"auto picks fp16 mixed precision: {device.name}"
     if device.kind == "cuda":
         cap = ".".join(map(str, device.capability or ()))
         if device.bf16:

@@ -215,7 +215,7 @@ def load_model(
     if quant is None:
         quant = source.run_quant or QuantSettings(mode="none")
     # the family rule (fp32 instead of fp16 for Gemma, T5, ... on a GPU without bf16) needs the config's model_type
-    model_type = model_type_of(ref, runs_dir, allow_local_paths=allow_local_paths) if device.kind == "cuda" else None
+    model_type = model_type_of(ref, runs_dir, allow_local_paths=allow_local_paths) if device.gpu_policy else None
     compute_dtype = resolve_dtype(quant.compute_dtype, device, field="quant.compute_dtype", model_type=model_type)
     model_dtype = dtype or compute_dtype
     int8_dynamic = quant.mode == "int8-dynamic"

@@ -36,6 +36,19 @@ class EventsCallback(TrainerCallback):
         self.last_tokens = 0
         self.peak_gib = 0.0
         self.last_eval: tuple[int, float] | None = None  # (step, eval loss) of the latest evaluation
+        self.scaler: Any = None  # the fp16 run's GradScaler (engine/training/trainer.py sets it), else None
+        self.loss_scale: float | None = None  # its scale after the latest optimizer step
+        self.skipped_steps = 0  # optimizer steps skipped on inf/NaN gradients in this process
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        # A GradScaler halves its scale exactly when it skipped a step on inf/NaN gradients, with every optimizer
+        # (a fused AdamW skips inside its kernel, where accelerate's `step_was_skipped` cannot see it).
+        if self.scaler is None or not self.scaler.is_enabled():
+            return
+        scale = float(self.scaler.get_scale())
+        if self.loss_scale is not None and scale < self.loss_scale:
+            self.skipped_steps += 1
+        self.loss_scale = scale
 
     def _write(self, type_: str, **data: Any) -> None:
         self.events.write(type_, **data)
@@ -46,6 +59,8 @@ class EventsCallback(TrainerCallback):
         self.t0 = self.last_t = time.time()
         self.step0 = state.global_step  # > 0 when resuming
         self.last_tokens = state.num_input_tokens_seen
+        if self.scaler is not None and self.scaler.is_enabled():  # its initial scale, or the checkpoint's on resume
+            self.loss_scale = float(self.scaler.get_scale())
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: dict | None = None, **kw: Any) -> None:
         logs = logs or {}
@@ -82,6 +97,8 @@ class EventsCallback(TrainerCallback):
             mem_gib=None if mem is None else round(mem, 3),
             # the two parts of a distillation loss (engine/training/distill.py), when there is one
             **{k: _finite(logs[k]) for k in ("kd_loss", "ce_loss") if k in logs},
+            # fp16 mixed precision: the grad scaler's scale and the steps it skipped (inf/NaN gradients)
+            **({"loss_scale": self.loss_scale, "skipped_steps": self.skipped_steps} if self.loss_scale is not None else {}),
         )
 
 

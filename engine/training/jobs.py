@@ -222,6 +222,8 @@ class JobManager:
             run_dir = run_path(self.runs_dir, name)
             if run_dir.exists() and any(run_dir.iterdir()):
                 raise JobError(key="message.jobs.name_taken", name=name)
+            from .preflight import check_before_start
+            check_before_start(cfg, self.runs_dir)  # refusals before side effects: a refused config leaves no folder
             run_dir.mkdir(parents=True, exist_ok=True)
             save_config(run_dir, cfg)
             if owner:

@@ -28,13 +28,14 @@ from ..data.build import TrainData, build_train_data
 from ..data.packing import packed_row_multiple
 from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
 from ..hardware import distributed
-from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak, resolve_dtype
+from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
 from .adapters import prepare_for_method
 from .autocast_4bit import autocast_4bit_outputs
 from .builtin import ensure_builtin
 from .fast_dropout import use_fast_dropout
 from .fp32_attention import fp32_attention
+from .preflight import check_before_start
 from .trainer import RunTrainer, build_trainer
 
 log = logging.getLogger("engine.training.run")
@@ -84,6 +85,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     data = _build_data(run, models)
     _stop_requested(run, mirror, "preparing the data")
     score_task = _score_before(run, models)
+    _seed(cfg.seed)  # same seed, same run: the adapters' initial weights come from the seed, not from what ran before
     models.model = prepare_for_method(cfg, models.model, run.events)
     if run.device.kind == "cpu":
         use_fast_dropout(models.model)  # the adapters' dropout: the same masks from cheaper random bits
@@ -116,15 +118,29 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     )
 
 
+def _seed(seed: int) -> None:
+    """Seed Python's, numpy's and torch's generators (transformers' `set_seed`) right before the run draws from them.
+    The Trainer seeds them too, but only when it is built, after the LoRA adapters were initialised (peft draws
+    lora_A from torch's global generator): their weights then depended on whatever had drawn before in the process
+    (the built-in base's pretraining, a tokenizer, a first run in the same process), and two runs of one config
+    differed from their second step on (docs/training.md, "Same seed, same run")."""
+    from transformers import set_seed
+
+    set_seed(seed)
+
+
 def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) -> RunContext:
     """Open the run folder (clear a stale STOP file, drop half-written checkpoints on resume), save the config and
     write the `start` event."""
     device = detect_device()
-    distributed.check_mode(cfg.distributed, device.kind)
     # Under `accelerate launch` (engine/hardware/distributed.py) every rank runs this function; rank 0 alone writes
     # the run folder (EventLog and save_config check the rank) and the others wait for it where they read it.
     distributed.init(cpu=device.kind == "cpu")
     main = distributed.is_main_process()
+    # Refusals before side effects (engine/training/preflight.py): FSDP without GPUs, or a precision this device or
+    # model family cannot train in, is refused before the run folder exists, so a refused command leaves nothing.
+    precision = check_before_start(cfg, runs_dir, device)
+    model_type, dtype = precision.model_type, precision.dtype
     run_dir.mkdir(parents=True, exist_ok=True)
     removed: list[str] = []
     if main:
@@ -138,24 +154,12 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
     if removed:
         log.warning("discarded incomplete checkpoints: %s", removed)
     started = time.time()
-    model_type = _model_type(cfg, runs_dir, device)
-    dtype = resolve_dtype(cfg.precision, device, field="precision", model_type=model_type)
     events.write("start", run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset,
                  resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""),
                  precision_note=precision_reason(device, model_type) if cfg.precision == "auto" else f"{cfg.precision}, as chosen",
                  world_size=distributed.world_size(), distributed=distributed.mode(cfg.distributed))
     reset_peak(device)
     return RunContext(cfg, run_dir, runs_dir, device, dtype, events, main, checkpoint, started)
-
-
-def _model_type(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo) -> str | None:
-    """The base model's config.json model_type, for the dtype policy's family rule (fp32, not fp16, for families that
-    overflow in fp16 on a GPU without bf16); None on a CPU, where no rule changes anything, and for scratch runs."""
-    if device.kind != "cuda" or cfg.method == "scratch":
-        return None
-    from ..models.references import model_type_of
-
-    return model_type_of(cfg.base_model, runs_dir)
 
 
 def _clear_stale_stop(stop_file: Path) -> None:

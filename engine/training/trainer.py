@@ -176,18 +176,20 @@ class FrozenStartupObjects:
 def trainer_class(method: str) -> type:
     """The Trainer class of a run of `method`: transformers' `Trainer` (the `DistillTrainer` for "distill") with
     atomic checkpoints, the start-up objects frozen out of the garbage collector while it trains
-    (`FrozenStartupObjects`), the parameter count of the FLOP tally made once (`CountedParameters`) and, except for
+    (`FrozenStartupObjects`), the parameter count of the FLOP tally made once (`CountedParameters`), fp16 mixed
+    precision with a grad scaler when an fp16 run is on a CPU (`CpuFp16Amp`, engine/training/cpu_fp16.py) and, except for
     distillation (whose loss needs every position's logits), the loss computed on the scored positions only
     (engine/training/loss.py)."""
     from transformers import Trainer
 
+    from .cpu_fp16 import CpuFp16Amp
     from .loss import ScoredPositionsLoss
 
     if method == "distill":
         from .distill import DistillTrainer
 
-        return type("AtomicDistillTrainer", (AtomicCheckpoints, FrozenStartupObjects, CountedParameters, DistillTrainer), {})
-    return type("AtomicScoredTrainer", (AtomicCheckpoints, FrozenStartupObjects, CountedParameters, ScoredPositionsLoss, Trainer), {})
+        return type("AtomicDistillTrainer", (AtomicCheckpoints, FrozenStartupObjects, CountedParameters, CpuFp16Amp, DistillTrainer), {})
+    return type("AtomicScoredTrainer", (AtomicCheckpoints, FrozenStartupObjects, CountedParameters, CpuFp16Amp, ScoredPositionsLoss, Trainer), {})
 
 
 @dataclass
@@ -236,4 +238,5 @@ def build_trainer(
         callbacks=[nonfinite_cb, events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events), tb_cb, *extra],
         **extra_args,
     )
+    events_cb.scaler = trainer.accelerator.scaler  # fp16 runs: the loss scale and skipped steps go into progress events
     return RunTrainer(trainer, stop_cb, events_cb, tb_cb, nonfinite_cb)
