@@ -60,11 +60,11 @@ def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None, *, 
     model: what the estimator should resolve (a config.json path for runs/local folders); default base_model.
     on_cpu: the run trains on a CPU (bf16 there is autocast over fp32 master weights).
     """
-    if cfg.method == "qlora":
+    if cfg.weights == "qlora":
         wp = cfg.quant.quant_type
-    elif cfg.method == "lora" and cfg.quant.mode == "8bit":
+    elif cfg.weights == "lora" and cfg.quant.mode == "8bit":
         wp = "int8"
-    elif cfg.method in ("full", "scratch", "distill") and (dtype == "fp16" or (dtype == "bf16" and on_cpu)):
+    elif cfg.weights == "full" and (dtype == "fp16" or (dtype == "bf16" and on_cpu)):
         wp = "fp32"  # AMP keeps fp32 master weights: the loader's rule (engine/hardware/device.py master_dtype)
     else:
         wp = dtype
@@ -72,7 +72,8 @@ def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None, *, 
     return MemoryQuery(
         model=model or cfg.base_model,
         # distill: the student trains in full; the frozen teacher is added by engine.training.distill.estimate_distill
-        task="full" if cfg.method in ("scratch", "distill") else cfg.method,
+        # dpo/orpo/grpo: what their weights are (their reference model and answers: engine.estimator.memory objective_terms)
+        task=cfg.weights,
         weight_precision=wp,
         double_quant=cfg.quant.double_quant,
         training_precision=tp,

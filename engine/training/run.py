@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..config import QuantSettings, TrainConfig
+from ..config import OBJECTIVE_METHODS, PREFERENCE_METHODS, QuantSettings, TrainConfig
 from ..data.build import TrainData, build_train_data
 from ..data.packing import packed_row_multiple
 from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
@@ -38,6 +38,8 @@ from .fp32_attention import fp32_attention
 from .trainer import RunTrainer, build_trainer
 
 log = logging.getLogger("engine.training.run")
+
+DATE_TASK_DATASETS = ("builtin:dates", "builtin:preferences")  # runs on these are scored on the date task before and after
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,14 +220,14 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
     if cfg.base_model.startswith("builtin:"):
         ensure_builtin(cfg.base_model.split(":", 1)[1], runs_dir, parent_events=events, pretrain=run_training)
     events.write("phase", phase=f"loading {cfg.base_model}")
-    if cfg.method == "qlora":
+    if cfg.weights == "qlora":  # dpo/orpo/grpo by their `tuning`
         quant = dataclasses.replace(cfg.quant, mode="4bit") if cfg.quant.mode == "none" else cfg.quant
-    elif cfg.method == "lora" and cfg.quant.mode == "8bit":  # LoRA on an 8-bit (LLM.int8) base
+    elif cfg.weights == "lora" and cfg.quant.mode == "8bit":  # LoRA on an 8-bit (LLM.int8) base
         quant = dataclasses.replace(cfg.quant, compute_dtype=cfg.precision)
     else:
         quant = QuantSettings(mode="none", compute_dtype=cfg.precision)
     # AMP (fp16 on a GPU, bf16 on a CPU) keeps fp32 master weights of trained weights: engine/hardware/device.py
-    load_dtype = master_dtype(cfg.method, dtype, device)
+    load_dtype = master_dtype(cfg.weights, dtype, device)
     return load_model(cfg.base_model, quant, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=load_dtype)
 
 
@@ -270,6 +272,14 @@ def _build_data(run: RunContext, models: RunModels) -> TrainData:
     """The train and eval examples (engine/data/build.py), packed when the models keep packed samples apart; writes
     the `data` event."""
     cfg, events = run.cfg, run.events
+    if cfg.method in OBJECTIVE_METHODS:  # preference pairs (dpo, orpo) or prompts (grpo): engine/data/pairs.py
+        from ..data.pairs import build_pair_data, build_prompt_data
+
+        events.write("phase", phase="tokenizing the data")
+        build = build_pair_data if cfg.method in PREFERENCE_METHODS else build_prompt_data
+        data = build(cfg, models.tokenizer, models.max_len)
+        events.write("data", **data.event_fields())
+        return data
     pack = cfg.packing and _packing_ok(models.model, events) and (cfg.method != "distill" or _packing_ok(models.distill.teacher, events))
     events.write("phase", phase="tokenizing the data")
     data = build_train_data(cfg, models.tokenizer, models.max_len, pack=pack, row_multiple=packed_row_multiple(cfg.max_seq_len, run.device.kind))
@@ -295,7 +305,8 @@ def _score_before(run: RunContext, models: RunModels) -> bool:
     """Score the date task before training (and the teacher's score when distilling) when the run trains on it;
     returns whether the run scores it after training too."""
     cfg = run.cfg
-    score_task = cfg.dataset == "builtin:dates" and cfg.method != "scratch" and run.checkpoint is None
+    # builtin:preferences pairs half of its rows from the date task: a DPO/ORPO run on it is scored too
+    score_task = cfg.dataset in DATE_TASK_DATASETS and cfg.method != "scratch" and run.checkpoint is None
     if score_task:
         # Generation needs no other rank: rank 0 scores, the others wait (same model, same answer).
         if run.main and cfg.method == "distill":
@@ -307,7 +318,7 @@ def _score_before(run: RunContext, models: RunModels) -> bool:
 
 
 def _score_after(run: RunContext, models: RunModels) -> None:
-    if run.cfg.method == "qlora":
+    if run.cfg.weights == "qlora":
         from ..models.bnb_safety import prepare_for_training
 
         prepare_for_training(models.model)
@@ -363,7 +374,7 @@ def _diverged(run: RunContext, built: RunTrainer) -> None:
 def _final_eval_loss(built: RunTrainer, data: TrainData) -> float | None:
     """The final eval loss: the periodic evaluation's when it ran at the last step, else one more evaluation
     (EventsCallback writes its `eval` event either way); None without an eval set."""
-    if not data.evals:
+    if not data.evals or built.trainer.args.eval_strategy == "no":  # GRPO evaluates nothing (engine/training/grpo.py)
         return None
     last_eval = built.events.last_eval
     if last_eval is None or last_eval[0] != built.trainer.state.global_step:
@@ -374,7 +385,11 @@ def _final_eval_loss(built: RunTrainer, data: TrainData) -> float | None:
 def _save(run: RunContext, built: RunTrainer, tokenizer: Any) -> str:
     """Save the adapter (LoRA methods) or the whole model, with the tokenizer, atomically; returns its folder name."""
     run.events.write("phase", phase="saving")
-    output = "adapter" if run.cfg.method in ("qlora", "lora") else "model"
+    output = "adapter" if run.cfg.weights in ("qlora", "lora") else "model"
+    if run.cfg.method in PREFERENCE_METHODS:
+        from .preference import drop_reference_adapter
+
+        drop_reference_adapter(built.trainer.model)  # DPO's frozen copy of the adapter is not part of the result
     if run.main:  # DDP keeps identical weights on every rank: one copy is saved
         tmp = run.run_dir / f".{output}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
