@@ -70,7 +70,7 @@ REWARD_METHODS = ("grpo",)
 OBJECTIVE_METHODS = PREFERENCE_METHODS + REWARD_METHODS
 # The built-in reward functions of GRPO, chosen by name (never code from the user); engine/training/rewards.py
 # implements them (a test checks that the two lists agree).
-REWARD_NAMES = ("dates", "format", "length")
+REWARD_NAMES = ("dates", "date_parts", "format", "length")
 Tuning = Literal["lora", "qlora", "full"]
 
 
@@ -165,7 +165,7 @@ class TrainConfig:
     # --- Preference and reward tuning (dpo, orpo, grpo) ---
     tuning: Tuning = opt(
         "lora", "Only for dpo, orpo and grpo: which weights learn: small LoRA adapters, LoRA on a 4-bit model, or every weight.",
-        label="Weights trained (dpo, orpo, grpo)", details="What the methods lora, qlora and full are for supervised training. With LoRA "
+        label="Trained weights (dpo/orpo/grpo)", details="What the methods lora, qlora and full are for supervised training. With LoRA "
         "and QLoRA, DPO's reference model is the base with the adapter switched off (no second copy in memory); a full DPO run keeps a "
         "frozen copy of the starting model.",
         choices_help={"lora": "LoRA adapters on a 16/32-bit base model.", "qlora": "LoRA adapters on a 4-bit base model (bitsandbytes).",
@@ -179,8 +179,9 @@ class TrainConfig:
     reward: str = opt(
         "dates", "Only for grpo: the built-in rewards that score each answer, with optional weights, e.g. dates or dates, format:0.5.",
         label="Rewards (grpo)", details="Comma-separated name[:weight] of built-in rewards (never your own code): dates (1 when the first "
-        "line is exactly the expected ISO date, from the date task's scorer), format (1 for a well-formed YYYY-MM-DD first line), length "
-        "(0 down to -1 as the answer grows past a short first line). The weighted sum is the reward.",
+        "line is exactly the expected ISO date, from the date task's scorer), date_parts (a third for each of year, month and day in "
+        "the right place: partial credit, much less sparse), format (1 for a well-formed YYYY-MM-DD first line), length (0 down to -1 as "
+        "the answer grows past a short first line). The weighted sum is the reward.",
     )
     num_generations: int = opt(
         8, "Only for grpo: how many answers the model writes to each prompt to compare them; more gives a steadier signal.", min=2,

@@ -54,6 +54,20 @@ def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
 _SHORT = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj", "down": "down_proj", "lm_head": "lm_head"}
 
 
+def estimate_train(cfg: TrainConfig, dtype: str, model: str | None = None, *, on_cpu: bool = False) -> Any:
+    """The MemoryEstimate of a training config (query_from_train's query), with what DPO, ORPO and GRPO add
+    (engine/estimator/objectives.py: the reference model, the pairs, the generated answers)."""
+    from ..config import OBJECTIVE_METHODS
+    from .memory import estimate
+
+    query = query_from_train(cfg, dtype, model, on_cpu=on_cpu)
+    if cfg.method not in OBJECTIVE_METHODS:
+        return estimate(query)
+    from .objectives import estimate_objective
+
+    return estimate_objective(query, cfg.method, num_generations=cfg.num_generations, completion_len=cfg.max_completion_length)
+
+
 def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None, *, on_cpu: bool = False) -> MemoryQuery:
     """The estimator query for a training config run in `dtype` ("fp32" | "fp16" | "bf16").
 

@@ -55,7 +55,9 @@ def grpo_trainer(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: 
     recorder = RewardRecorder(cfg.reward)
     train = Dataset.from_list([{"prompt": e["prompt"], "answer": e["answer"]} for e in data.train])
     # no eval pass: an eval "loss" of GRPO means nothing; the date task's score before and after is the measure
-    args = {**args, "eval_strategy": "no", "eval_steps": None, "metric_for_best_model": None, "greater_is_better": None}
+    # trl counts the tokens itself (the batches carry prompt_ids, not input_ids, which the Trainer's count looks for)
+    args = {**args, "eval_strategy": "no", "eval_steps": None, "metric_for_best_model": None, "greater_is_better": None,
+            "include_num_input_tokens_seen": "no"}
     config = GRPOConfig(
         **args,
         num_generations=cfg.num_generations,

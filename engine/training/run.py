@@ -238,12 +238,11 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
 
 def predict_memory(cfg: TrainConfig, device: DeviceInfo, dtype: torch.dtype, model_config_path: Path | None) -> dict[str, Any] | None:
     """The estimator's prediction for this run's settings (None when the model is unknown to it)."""
-    from ..estimator.handoff import query_from_train
-    from ..estimator.memory import estimate
+    from ..estimator.handoff import estimate_train
 
     name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
     try:
-        est = estimate(query_from_train(cfg, name, str(model_config_path) if model_config_path else None, on_cpu=device.kind == "cpu"))
+        est = estimate_train(cfg, name, str(model_config_path) if model_config_path else None, on_cpu=device.kind == "cpu")
     except EngineError as exc:
         log.info("no memory prediction: %s", exc)
         return None
