@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..config import MemoryQuery
-from .memory import MemoryEstimate, estimate
+from .memory import GIB, MemoryEstimate, estimate
+from .model_config import resolve
 from .texts import Msg
 
 STATIC = ("weights", "quantization constants", "trainable weights", "optimizer state")
@@ -62,7 +63,12 @@ def _grpo(q: MemoryQuery, num_generations: int, completion_len: int) -> MemoryEs
     gen = estimate(MemoryQuery(model=q.model, task="inference", weight_precision=q.weight_precision, double_quant=q.double_quant,
                                training_precision=q.training_precision, batch=answers, seq_len=q.seq_len, new_tokens=completion_len,
                                attention=q.attention))
-    kv, logits = gen.breakdown_gib["KV cache"], gen.breakdown_gib["logits/loss"]
+    # The whole cache at the last answer token (the inference estimate's peak may be its prefill, with the prompt's only):
+    # keys and values of every layer for every answer, prompt + answer tokens, in the compute dtype.
+    arch = resolve(q.model)
+    c = 4 if q.training_precision == "fp32" else 2
+    kv = 2 * arch.n_layers * arch.kv_dim * c * answers * (q.seq_len + completion_len) / GIB
+    logits = gen.breakdown_gib["logits/loss"]  # one decoding step's logits for every answer (and their fp32 softmax)
     working = gen.breakdown_gib["activations"] + gen.breakdown_gib["temporary buffers"]
     generations = kv + logits + working
     static = sum(est.breakdown_gib[t] for t in STATIC)
