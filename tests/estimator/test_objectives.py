@@ -44,8 +44,8 @@ def test_grpo_line_counts_a_generation_batch_of_answers():
     detail = next(v for k, v in e.details_gib.items() if k.startswith("KV cache of 16 answers"))
     assert detail * GIB == pytest.approx(kv, rel=0.05)
     assert "generated answers" in [r[0] for r in breakdown_rows(e)]
-    # a long answer with many answers at once makes the generation phase the peak
-    big = estimate_objective(q(batch=64, seq_len=256), "grpo", num_generations=8, completion_len=1024)
+    # many answers at once (a micro batch of 1 accumulated 64 times) of long answers: the generation phase is the peak
+    big = estimate_objective(q(batch=1, grad_accum=64, seq_len=256, grad_ckpt=True), "grpo", num_generations=8, completion_len=1024)
     assert big.phase == "generating answers" and big.breakdown_gib["activations"] == 0
 
 
@@ -70,8 +70,7 @@ def test_lines_match_what_the_objects_hold_on_this_cpu(tmp_path):
 
     from peft import LoraConfig, get_peft_model
 
-    from engine.models.compact import load_compact_preset
-    from engine.models.compact import CompactForCausalLM
+    from engine.models.compact import CompactForCausalLM, load_compact_preset
 
     config = load_compact_preset("compact-mini")
     model = CompactForCausalLM(config).eval()
