@@ -1,6 +1,6 @@
 """Configuration dataclasses: the single source of truth for every job.
 
-The UI form (app.py), the CLI flags (engine/cli.py) and the saved run config (`config.yaml`) are all
+The UI form (ui/), the CLI flags (engine/cli.py) and the saved run config (`config.yaml`) are all
 generated from and validated by these classes. Each field carries in its `metadata`, once (`opt`), a one-sentence plain
 help, its label, bounds and expert detail (docs/settings.md is generated from them); `Literal`s give the choices. The machinery that reads them
 (introspection, dict/flat round trips, range and choice checks) lives in engine/fields.py.

@@ -2,7 +2,7 @@
 
 Every job dataclass in engine/config.py declares its fields with `opt` (help text, bounds, label in the
 field's `metadata`, once; `Literal` annotations give the allowed choices). This module reads them back:
-`field_specs` describes the fields to the UI form (app.py) and the CLI flags (engine/cli.py), `from_dict` /
+`field_specs` describes the fields to the UI form (ui/) and the CLI flags (engine/cli.py), `from_dict` /
 `from_flat` / `to_dict` build and dump configs (the saved run `config.yaml`, form values, CLI flags), and
 `validate` checks ranges and choices for every `__post_init__`. Errors are `ConfigError`s naming the field,
 the value and what is allowed by language-file keys (`message.allowed.*`), so the UI shows them in the visitor's

@@ -6,7 +6,7 @@ label of a config field stay in the field's metadata (engine/config.py, once); i
 keys for English are generated from it (`register_fields`), and the Portuguese file translates them.
 
 Static texts (labels, info lines, tabs, buttons, fixed markdown) are translated in the browser by gradio's `gr.I18n`
-(app.py hands it `translations()`); texts built on the server (status lines, tables, verdicts, error messages) are
+(ui/language.py hands it `translations()`); texts built on the server (status lines, tables, verdicts, error messages) are
 rendered here with `t(key, lang, **params)` in the visitor's language (`lang_of` reads the page's language cookie or the
 browser's Accept-Language). Engine errors carry a key and parameters (`EngineError(key=..., **params)`), so the UI shows
 them in the visitor's language while the CLI prints English (or Portuguese when `LANG` says so: `cli_lang`).
@@ -25,7 +25,7 @@ import yaml
 LANG_DIR = Path(__file__).resolve().parent.parent / "presets" / "lang"
 LANGS = ("en", "pt-BR")
 DEFAULT = "en"
-COOKIE = "lab_lang"  # set by the page's language switch (app.py) so that the server renders in the same language
+COOKIE = "lab_lang"  # set by the page's language switch (ui/language.py) so that the server renders in the same language
 
 
 def norm_lang(tag: str | None) -> str:

@@ -1,4 +1,4 @@
-"""The page speaks Portuguese and English: every key in both language files, no text in app.py that bypasses them,
+"""The page speaks Portuguese and English: every key in both language files, no text in the page (app.py, ui/) that bypasses them,
 placeholders that match, and the server-side rendering of messages in the visitor's language (engine/i18n.py)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from engine import config, i18n  # noqa: F401 - importing config registers the f
 from engine.errors import ConfigError, EngineError
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "app.py"
+PAGE = [ROOT / "app.py", *sorted((ROOT / "ui").glob("*.py"))]  # the entry and the page's modules
 
 # Keyword arguments of gradio components that a person reads.
 TEXT_KWARGS = {"label", "info", "placeholder", "title", "value", "headers", "x_title", "y_title", "description", "button_text"}
@@ -60,8 +60,7 @@ def _is_text(node: ast.AST) -> bool:
 
 
 def app_text_violations() -> list[str]:
-    """`function: line: gr.X(...)` for each gradio call in app.py that shows a literal text instead of a language key."""
-    tree = ast.parse(APP.read_text(encoding="utf-8"))
+    """`file: function: line: gr.X(...)` for each gradio call of the page that shows a literal text instead of a language key."""
     out: list[str] = []
 
     def visit(node: ast.AST, where: str) -> None:
@@ -79,7 +78,8 @@ def app_text_violations() -> list[str]:
         for child in ast.iter_child_nodes(node):
             visit(child, where)
 
-    visit(tree, "<module>")
+    for path in PAGE:
+        visit(ast.parse(path.read_text(encoding="utf-8")), path.relative_to(ROOT).as_posix())
     return out
 
 
@@ -88,9 +88,9 @@ def test_app_texts_come_from_the_language_files():
 
 
 def test_app_keys_exist():
-    """Every T("key") / tr("key") in app.py names a key of the language files."""
+    """Every T("key") / tr("key") in the page names a key of the language files."""
     keys = set(i18n.strings("en"))
-    used = set(re.findall(r"""\b(?:T|tr)\(\s*["']([a-z_][\w.]*)["']""", APP.read_text(encoding="utf-8")))
+    used = {k for path in PAGE for k in re.findall(r"""\b(?:T|tr)\(\s*["']([a-z_][\w.]*)["']""", path.read_text(encoding="utf-8"))}
     assert sorted(used - keys) == []
 
 

@@ -1,4 +1,5 @@
-"""The engine's shape: packages along the data flow, imports that only go one way, no private names, short modules.
+"""The engine's shape: packages along the data flow, imports that only go one way, no private names, short modules;
+and the page's: app.py a short entry, ui/ one short module per panel or shared part, gradio only on that side.
 
 The import graph is read from the source with `ast` (lazy imports inside functions included), so a cycle that
 only shows when a rarely used function runs is still caught here.
@@ -34,6 +35,9 @@ FORBIDDEN = {
 LINE_LIMIT = 450
 LINE_LIMIT_EXCEPTIONS = {"engine.estimator.memory": 800}  # one job: the memory terms (the issue allows it to stay larger)
 MODEL_LIMIT = 350
+UI = ROOT / "ui"
+PAGE_LINE_LIMIT = 400  # a page module: one panel, or one part of one
+ENTRY_LINE_LIMIT = 120  # app.py: arguments, sharing, login, launch
 
 
 def engine_modules() -> dict[str, Path]:
@@ -134,9 +138,9 @@ def test_imports_only_go_down_the_layers():
 
 def test_no_private_name_is_imported_across_modules():
     offenders = []
-    for path in [*ENGINE.rglob("*.py"), ROOT / "app.py", *(ROOT / "bench").glob("*.py")]:
+    for path in [*ENGINE.rglob("*.py"), ROOT / "app.py", *UI.glob("*.py"), *(ROOT / "bench").glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("engine")):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(("engine", "ui"))):
                 offenders += [f"{path.relative_to(ROOT)}:{node.lineno} {a.name}" for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
     assert not offenders, "private names imported from another module:\n" + "\n".join(offenders)
 
@@ -149,6 +153,51 @@ def test_modules_are_small_enough_to_read():
         if lines > limit:
             too_long.append(f"{module}: {lines} lines (limit {limit})")
     assert not too_long, "\n".join(too_long)
+
+
+def page_imports() -> dict[str, set[str]]:
+    """Top-level names each page file imports (app and ui.X included, lazy imports too): module -> imported modules."""
+    out: dict[str, set[str]] = {}
+    for path in [ROOT / "app.py", *UI.glob("*.py")]:
+        name = "app" if path.name == "app.py" else f"ui.{path.stem}"
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                deps.add(node.module or "")
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+        out[name] = deps
+    return out
+
+
+def test_the_page_is_a_short_entry_and_short_panels():
+    too_long = []
+    for path in sorted(UI.glob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > PAGE_LINE_LIMIT:
+            too_long.append(f"ui/{path.name}: {lines} lines (limit {PAGE_LINE_LIMIT})")
+    entry = len((ROOT / "app.py").read_text(encoding="utf-8").splitlines())
+    if entry > ENTRY_LINE_LIMIT:
+        too_long.append(f"app.py: {entry} lines (limit {ENTRY_LINE_LIMIT}): builders and handlers belong in ui/")
+    assert not too_long, "\n".join(too_long)
+    for panel in ("estimator", "finetune", "playground", "language", "login", "mcp", "page"):
+        assert (UI / f"{panel}.py").is_file(), f"ui/{panel}.py: each panel and shared page part has its own module"
+
+
+def test_page_modules_import_one_way():
+    """ui/ builds on engine/ and gradio; the engine never imports the page (nor gradio: test_no_gradio.py); the page's own
+    modules import each other without a cycle, and none of them imports the entry."""
+    graph = page_imports()
+    wrong = [f"{m} imports the entry (app)" for m, deps in graph.items() if m != "app" and "app" in deps]
+    ui_graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items() if m.startswith("ui.")}
+    cycle = find_cycle(ui_graph)
+    assert cycle is None, "import cycle in ui/: " + " -> ".join(cycle)
+    for path in ENGINE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            wrong += [f"{path.relative_to(ROOT)}: imports {n} (the engine never imports the page)" for n in names if n in ("app", "ui") or n.startswith("ui.")]
+    assert not wrong, "\n".join(wrong)
 
 
 def import_levels(graph: dict[str, set[str]]) -> dict[str, int]:
@@ -211,6 +260,7 @@ def layout_report() -> str:
     largest = max(sizes, key=sizes.get)
     cycles = strongly_connected(graph)
     app_lines = len((ROOT / "app.py").read_text(encoding="utf-8").splitlines())
+    ui_sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in sorted(UI.glob("*.py"))}
     lines = [f"modules (without __init__): {sum(per_package.values())}"]
     lines += [f"  {pkg}: {n}" for pkg, n in sorted(per_package.items())]
     lines += [
@@ -218,6 +268,7 @@ def layout_report() -> str:
         f"import levels: {max(import_levels(graph).values())}",
         f"import cycles: {len(cycles)}" + "".join(f"\n  {sorted(group)}" for group in cycles),
         f"app.py: {app_lines} lines",
+        f"ui/: {len(ui_sizes)} modules, largest {max(ui_sizes, key=ui_sizes.get)} ({max(ui_sizes.values())} lines)",
     ]
     return "\n".join(lines)
 

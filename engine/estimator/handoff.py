@@ -1,7 +1,7 @@
 """Moving settings between panels: an estimator query <-> fine-tune form values, the fit verdict, and the checks
 of model references and configs that come from a browser (no server paths unless allowed).
 
-Kept out of app.py so the UI stays free of logic and so the mapping is tested on its own.
+Kept out of the page (ui/) so the UI stays free of logic and so the mapping is tested on its own.
 """
 
 from __future__ import annotations

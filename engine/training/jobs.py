@@ -7,7 +7,7 @@ its pid in `<run>/pid`; status is read back from `events.jsonl`, so a reloaded p
 a restarted app all see the same state. Stop asks politely (a STOP file: the run saves a checkpoint and
 exits) and kills the whole process tree if it has not exited after a grace period.
 
-Shared state: one JobManager per runs directory is created by app.py and shared by all sessions; its
+Shared state: one JobManager per runs directory is created by the page (ui/page.py) and shared by all sessions; its
 lock serializes start/stop so two clicks cannot start two jobs.
 
 Merges are jobs too (`start_merge`): `python -m engine merge NAME` in its own process, writing

@@ -3,7 +3,7 @@ plot at most every few seconds while the run trains.
 
 Why: on a 2-core laptop the browser that watches a run shares the CPU with the training. Refreshing every part every
 second slowed the training by 41% (0.191 s a step watched vs 0.135 unwatched); with this, a 2-second timer that sleeps
-when nothing moves (app.py), 22% (0.165). Most of what is left is the browser's fixed cost per refresh, whatever it
+when nothing moves (ui/finetune_run.py), 22% (0.165). Most of what is left is the browser's fixed cost per refresh, whatever it
 carries. bench/watch_cost.py measures it."""
 
 from __future__ import annotations

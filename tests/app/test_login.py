@@ -1,4 +1,4 @@
-"""Login (app.py `login_of`, gradio's own launch(auth=...)): --auth USER:PASSWORD or COMPACT_LAB_AUTH, on by default with a
+"""Login (ui/login.py `login_of`, gradio's own launch(auth=...)): --auth USER:PASSWORD or COMPACT_LAB_AUTH, on by default with a
 generated password on a Colab public link, --no-auth with a warning; and the launched page refuses everything (its
 /config included) until logged in."""
 
@@ -24,7 +24,7 @@ LOCAL, SHARED = sharing.Decision(False, ()), sharing.Decision(True, ("--share",)
 
 
 def test_login_from_the_flag_or_the_environment(monkeypatch):
-    import app
+    from ui import login as app  # the login's module
 
     monkeypatch.delenv(app.AUTH_ENV, raising=False)
     assert app.login_of(_args(auth="ana:s3cret:with:colons"), LOCAL)[0] == ("ana", "s3cret:with:colons")
@@ -37,7 +37,7 @@ def test_login_from_the_flag_or_the_environment(monkeypatch):
 
 
 def test_colab_public_link_gets_a_generated_password_unless_no_auth(monkeypatch):
-    import app
+    from ui import login as app  # the login's module
 
     monkeypatch.delenv(app.AUTH_ENV, raising=False)
     monkeypatch.setattr(sharing, "on_colab", lambda: True)

@@ -13,14 +13,17 @@ import pytest
 
 gr = pytest.importorskip("gradio")
 
-import app  # noqa: E402
 from engine.config import GenerationSettings, TrainConfig  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.fields import field_specs  # noqa: E402
 from engine.runs import EventLog, save_config  # noqa: E402
 from engine.training.jobs import JobManager  # noqa: E402
+from engine.views import playground  # noqa: E402
 from engine.views.playground_defaults import DATES_PROMPT  # noqa: E402
 from engine.views.signals import StopSignals  # noqa: E402
+from ui.playground import build_playground  # noqa: E402
+from ui.playground_handlers import chat_handlers  # noqa: E402
+from ui.playground_tabs import SAMPLING_ONLY  # noqa: E402
 
 GEN_NAMES = [s.name for s in field_specs(GenerationSettings)]
 GEN = [{"max_new_tokens": 4, "do_sample": False}.get(s.name, s.default) for s in field_specs(GenerationSettings)]
@@ -44,7 +47,7 @@ def test_a_failed_load_keeps_the_conversation_and_the_prompt():
     def load(ref, quant, extra):
         raise ModelLoadError(key="playground.error.unknown_run", run="'ghost'")
 
-    h = app.chat_handlers(load, GEN_NAMES, StopSignals())
+    h = chat_handlers(load, GEN_NAMES, StopSignals())
     (chat, prompt, stats, _info, notice), = _send(h, "Converta a data 01/02/2003 para o formato ISO (AAAA-MM-DD).", HISTORY)
     assert chat == HISTORY and prompt.startswith("Converta a data 01/02/2003") and stats == ""
     assert notice.startswith("⚠️") and "Não existe execução chamada 'ghost'" in notice
@@ -62,8 +65,8 @@ def test_a_generation_that_fails_midway_gives_the_conversation_back(monkeypatch)
         raise RuntimeError("the GPU fell off")
 
     monkeypatch.setattr(generate, "stream_generate", broken)
-    monkeypatch.setattr(app.playground, "model_info", lambda loaded, lang: "info")
-    h = app.chat_handlers(lambda *a: object(), GEN_NAMES, StopSignals())
+    monkeypatch.setattr(playground, "model_info", lambda loaded, lang: "info")
+    h = chat_handlers(lambda *a: object(), GEN_NAMES, StopSignals())
     outs = _send(h, "next question", HISTORY, lang="en")
     assert outs[-2][0][-1]["content"] == "20"  # it streamed...
     chat, prompt, _stats, _info, notice = outs[-1]
@@ -81,8 +84,8 @@ def test_single_turn_sends_only_the_new_prompt_and_keeps_the_earlier_turns_on_sc
         yield _upd("2003-02-01", done=True)
 
     monkeypatch.setattr(generate, "stream_generate", fake)
-    monkeypatch.setattr(app.playground, "model_info", lambda loaded, lang: "info")
-    h = app.chat_handlers(lambda *a: object(), GEN_NAMES, StopSignals())
+    monkeypatch.setattr(playground, "model_info", lambda loaded, lang: "info")
+    h = chat_handlers(lambda *a: object(), GEN_NAMES, StopSignals())
     chat, prompt, stats, _info, notice = _send(h, "Converta a data 01/02/2003 para o formato ISO (AAAA-MM-DD).", HISTORY, keep=False)[-1]
     assert seen[-1] == [{"role": "user", "content": "Converta a data 01/02/2003 para o formato ISO (AAAA-MM-DD)."}]
     assert chat[:2] == HISTORY and chat[-1]["content"] == "2003-02-01" and prompt == "" and notice == ""
@@ -92,17 +95,17 @@ def test_single_turn_sends_only_the_new_prompt_and_keeps_the_earlier_turns_on_sc
 
 
 def test_greedy_switches_the_sampling_sliders_off_and_sampling_back_on():
-    h = app.chat_handlers(lambda *a: None, GEN_NAMES, StopSignals())
+    h = chat_handlers(lambda *a: None, GEN_NAMES, StopSignals())
     out = h.on_preset(_request("en"), "precise", *GEN)
     by_name = dict(zip(GEN_NAMES, out, strict=False))
     assert by_name["do_sample"]["value"] is False
-    assert all(by_name[n]["interactive"] is False for n in app.SAMPLING_ONLY)
+    assert all(by_name[n]["interactive"] is False for n in SAMPLING_ONLY)
     assert "repetition_penalty" in by_name and "interactive" not in by_name["repetition_penalty"]  # penalties still apply
     assert out[-1]["visible"] is True and "Greedy" in out[-2]
     out = h.on_preset(_request("pt-BR"), "balanced", *GEN)
-    assert all(dict(zip(GEN_NAMES, out, strict=False))[n]["interactive"] is True for n in app.SAMPLING_ONLY)
+    assert all(dict(zip(GEN_NAMES, out, strict=False))[n]["interactive"] is True for n in SAMPLING_ONLY)
     assert out[-1]["visible"] is False and "Amostragem moderada" in out[-2]
-    assert [u["interactive"] for u in h.on_sampling(False)[:-1]] == [False] * len(app.SAMPLING_ONLY)
+    assert [u["interactive"] for u in h.on_sampling(False)[:-1]] == [False] * len(SAMPLING_ONLY)
 
 
 def _finished_run(runs: Path, name: str, ended: float, **cfg) -> None:
@@ -124,7 +127,7 @@ def test_the_page_opens_on_the_newest_run_and_try_it_fills_a_run(tmp_path):
     _finished_run(runs, "chat-run", ended=300, dataset="builtin:instructions")
     _finished_run(runs, "dates-run", ended=10)
     with gr.Blocks():
-        pg = app.build_playground(JobManager(runs))
+        pg = build_playground(JobManager(runs))
     by_id = {c.elem_id: c for c in pg["try_outputs"] if getattr(c, "elem_id", None)}
     assert by_id["playground-model"].value == "run:dates-run" and by_id["playground-prompt"].value == DATES_PROMPT  # as built
     assert by_id["playground-keep"].value is False and by_id["playground-preset"].value == "precise"
@@ -150,7 +153,7 @@ def test_the_page_opens_on_the_newest_run_and_try_it_fills_a_run(tmp_path):
 
 def test_without_runs_the_page_opens_on_the_builtin_model_and_compare_says_what_to_do(tmp_path):
     with gr.Blocks():
-        pg = app.build_playground(JobManager(tmp_path))
+        pg = build_playground(JobManager(tmp_path))
     by_id = {c.elem_id: c for c in pg["try_outputs"] if getattr(c, "elem_id", None)}
     assert by_id["playground-model"].value == "builtin:compact-mini" and by_id["playground-model-b"].value is None
     assert by_id["playground-prompt"].value == "Explain in two sentences what a language model is."

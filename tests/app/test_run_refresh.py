@@ -10,9 +10,9 @@ gr = pytest.importorskip("gradio")
 
 from conftest import finish_run, stubborn_run  # noqa: E402
 
-import app  # noqa: E402
 from engine.config import TrainConfig  # noqa: E402
 from engine.training.jobs import JobManager  # noqa: E402
+from ui import finetune_run  # noqa: E402
 
 
 def _request() -> gr.Request:
@@ -33,7 +33,7 @@ def test_a_finished_run_is_sent_once_then_the_timer_sleeps(tmp_path):
     run_dir = tmp_path / "r1"
     run_dir.mkdir()
     finish_run(run_dir, TrainConfig(run_name="r1", method="lora", base_model="builtin:compact-mini", dataset="builtin:dates"))
-    handlers = app.run_handlers(JobManager(tmp_path))
+    handlers = finetune_run.run_handlers(JobManager(tmp_path))
     parts, buttons, seen, timer = _tick(handlers, "r1", None)
     assert not any(_skipped(p) for p in parts) and "r1" in parts[0]  # the status names the run
     assert timer.active
@@ -43,7 +43,7 @@ def test_a_finished_run_is_sent_once_then_the_timer_sleeps(tmp_path):
 
 
 def test_nothing_watched_sleeps_and_a_training_run_keeps_the_timer_going(tmp_path):
-    handlers = app.run_handlers(JobManager(tmp_path))
+    handlers = finetune_run.run_handlers(JobManager(tmp_path))
     *_, timer = _tick(handlers, None, None)
     assert not timer.active
     proc = stubborn_run(tmp_path, "live", owner=None)

@@ -1,0 +1,84 @@
+"""Panel 2, the Fine-tune panel put together: the form (finetune_form), the watched run (finetune_run) and their events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from engine.training.jobs import JobManager
+from engine.views import finetune_form, run_history
+from ui.finetune_form import finetune_details, finetune_settings, form_handlers
+from ui.finetune_run import FOLLOW_LOG_JS, push_panel, resume_banner, run_actions, run_exports, run_handlers, watched_run
+from ui.language import T
+from ui.queues import GPU, JOBS, QUIET
+
+
+def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool = False) -> dict[str, Any]:
+    """The Fine-tune panel. Phone-first order: the essentials and Start/Stop, then the watched run's results, then the
+    closed accordions of details, the exports and the run history (a desktop shows each pair side by side)."""
+    watched = gr.State(None)  # the run this browser session is watching
+    owner = gr.State(None)  # this browser's key (see build_app), as a session State: it never appears in the API
+    banner = resume_banner()
+    with gr.Row(elem_classes="form-results"):
+        with gr.Column(scale=2):
+            f = finetune_settings(jobs)
+        with gr.Column(scale=3):
+            act = run_actions(jobs)
+            view = watched_run()
+    with gr.Row():
+        with gr.Column(scale=2):
+            more = finetune_details()
+        with gr.Column(scale=3):
+            exp = run_exports()
+            push_panel(jobs, act.run_pick, owner)
+            # five short columns on one line each (no word broken mid-word; a phone scrolls the table sideways); the rest of a
+            # run's facts show on select
+            history = gr.Dataframe(headers=[T(f"finetune.history.col.{c}") for c in run_history.HISTORY_COLUMNS], interactive=False,
+                                   label=T("finetune.history.label"), elem_id="finetune-history")
+            details = gr.Markdown(elem_id="finetune-run-details")
+    comps = {**f.comps, **more.comps}
+    form = {n: comps[n] for n in finetune_form.FT_MAIN + finetune_form.FT_TRAIN + finetune_form.FT_LORA + finetune_form.FT_RUN + finetune_form.FT_DATA}
+    inputs = [f.upload, *form.values(), more.eval_upload]  # the API's order (form_handlers): upload, the fields, the eval upload
+    run_pick = act.run_pick
+    distill_only = [form[n] for n in finetune_form.DISTILL_ONLY]
+    for comp in distill_only:  # shown for method 'distill' only (read when the page is built; toggled below)
+        comp.visible = finetune_form.FT_DEFAULTS.get("method") == "distill"
+    # every 2 s, and asleep when nothing moves (on_tick): each tick costs the browser about 0.1-0.2 s of CPU whatever it
+    # carries, which a 2-core laptop takes from the training (bench/watch_cost.py)
+    timer = gr.Timer(2.0)
+    fh, rh = form_handlers(jobs, upload_dir, allow_local_models, list(form)), run_handlers(jobs)
+    run_buttons = [act.try_btn, act.resume, act.retry, act.delete]
+    poll_inputs, poll_outputs = [watched, run_pick, view.log_scale, view.smoothing], [*view.outputs, history, details, *run_buttons]
+
+    seen = gr.State(None)  # what this browser was last sent (refresh.changed_parts)
+    # a refresh at once, which also wakes the timer while the run trains or merges (see on_tick)
+    wake = {"fn": rh.on_tick, "inputs": [*poll_inputs, seen], "outputs": [*poll_outputs, seen, timer], **QUIET, "api_visibility": "private"}
+    f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", **JOBS).then(**wake)
+    f.stop.click(rh.on_stop, [watched, owner], None, api_name="stop_training")
+    act.resume.click(rh.on_resume, [run_pick, owner], [watched], api_name="resume_training", **JOBS).then(**wake)
+    banner.btn.click(rh.on_resume, [banner.offered, owner], [watched], api_name="resume_interrupted", **JOBS).then(
+        rh.on_offer, None, banner.outputs, **QUIET).then(**wake)
+    act.delete.click(rh.on_delete, [run_pick, owner], [watched, run_pick, history], api_name="delete_run")
+    act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", **JOBS).then(**wake)
+    more.inspect_btn.click(fh.on_inspect, inputs, more.inspect_out, api_name="inspect_data")
+    run_pick.input(lambda n: n, [run_pick], [watched], queue=False).then(**wake)
+    run_pick.change(rh.on_pick, [run_pick], [details, exp.gguf_note, *run_buttons], **QUIET, api_visibility="private")
+    history.select(rh.on_history_select, None, [watched, run_pick], **QUIET, api_visibility="private").then(**wake)
+    exp.zip_btn.click(rh.on_zip, [run_pick, owner], [exp.download], api_name="download_run")
+    exp.merge_btn.click(rh.on_merge, [run_pick, owner], None, api_name="merge_adapter", **GPU).then(**wake)
+    exp.gguf_btn.click(rh.on_gguf, [run_pick, exp.gguf_type, owner], [exp.download, exp.gguf_note], api_name="export_gguf", **GPU)
+    more.show_cmd.click(fh.on_show_cmd, inputs, [more.command], api_name="show_command")
+    more.preset_btn.click(fh.on_preset, [more.preset, *inputs], [more.preset_note, *form.values()], api_name="apply_preset").then(
+        fh.on_predict, inputs, [f.prediction], **QUIET)
+    timer.tick(rh.on_tick, [*poll_inputs, seen], [*poll_outputs, seen, timer], **QUIET).then(None, None, None, js=FOLLOW_LOG_JS, queue=False,
+                                                                                           api_visibility="private")
+    view.log_scale.input(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
+    view.smoothing.release(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
+    form["method"].change(lambda m: [gr.update(visible=m == "distill")] * len(distill_only), [form["method"]], distill_only, **QUIET, api_visibility="private")
+    for comp in form.values():
+        comp.change(fh.on_predict, inputs, [f.prediction], **QUIET)
+    return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": rh.on_load, "init_owner": rh.init_owner,
+            "owner": owner, "predict": fh.on_predict, "form_inputs": inputs, "prediction": f.prediction,
+            "offer": rh.on_offer, "offer_outputs": banner.outputs, "try_btn": act.try_btn, "try_run": run_pick, "wake": wake}
