@@ -16,6 +16,7 @@ from typing import Literal
 from . import i18n
 from .errors import ConfigError
 from .fields import field_texts, opt, settings_markdown, validate
+from .objectives import OBJECTIVE_METHODS, REWARD_METHODS, parse_rewards
 from .refs import BUILTIN_PREFIX, check_hub_config, check_hub_ref, check_split, is_folder_safe_name, is_hub_ref, parse_columns
 from .sharing import check_remote_code
 
@@ -62,42 +63,8 @@ class QuantSettings:
 
 Method = Literal["qlora", "lora", "full", "scratch", "distill", "dpo", "orpo", "grpo"]
 
-# --- Preference and reward tuning (DPO, ORPO, GRPO: issue 27) ----------------------------------------
-# The objectives that learn from preference pairs or from rewards instead of from answers; each trains the weights
-# that `tuning` names (LoRA, QLoRA or every weight), where the supervised methods name them in `method` itself.
-PREFERENCE_METHODS = ("dpo", "orpo")
-REWARD_METHODS = ("grpo",)
-OBJECTIVE_METHODS = PREFERENCE_METHODS + REWARD_METHODS
-# The built-in reward functions of GRPO, chosen by name (never code from the user); engine/training/rewards.py
-# implements them (a test checks that the two lists agree).
-REWARD_NAMES = ("dates", "date_parts", "format", "length")
+# --- Preference and reward tuning (DPO, ORPO, GRPO: issue 27): the method names and the reward list, engine/objectives.py
 Tuning = Literal["lora", "qlora", "full"]
-
-
-def parse_rewards(spec: str, field: str = "reward") -> list[tuple[str, float]]:
-    """`dates`, `dates, format:0.5` or `dates:1, length:0.2` as [(name, weight)]; ConfigError naming `field` when a
-    name is not a built-in reward, a weight is not a number, or a name repeats."""
-    out: list[tuple[str, float]] = []
-    for part in str(spec).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        name, _, weight = part.partition(":")
-        name = name.strip().lower()
-        if name not in REWARD_NAMES:
-            raise ConfigError.of(field, spec, "reward_name", "TrainConfig", names=", ".join(REWARD_NAMES))
-        try:
-            value = float(weight) if weight.strip() else 1.0
-        except ValueError:
-            raise ConfigError.of(field, spec, "reward_weight", "TrainConfig") from None
-        if value != value or abs(value) > 100:
-            raise ConfigError.of(field, spec, "reward_weight", "TrainConfig")
-        if any(n == name for n, _ in out):
-            raise ConfigError.of(field, spec, "reward_twice", "TrainConfig", name=name)
-        out.append((name, value))
-    if not out:
-        raise ConfigError.of(field, spec, "reward_name", "TrainConfig", names=", ".join(REWARD_NAMES))
-    return out
 
 
 @dataclass

@@ -17,7 +17,7 @@ ENGINE = ROOT / "engine"
 
 # Layers, bottom to top: a module may import its own layer and the layers below, never above.
 LAYERS = [
-    {"errors", "fields", "i18n", "refs", "sharing"},
+    {"errors", "fields", "i18n", "refs", "sharing", "objectives"},
     {"config"},
     {"runs", "hardware"},
     {"models", "data", "estimator"},
@@ -33,7 +33,8 @@ FORBIDDEN = {
     ("hardware", "models"): "hardware asks about models, it does not import them",
 }
 LINE_LIMIT = 450
-LINE_LIMIT_EXCEPTIONS = {"engine.estimator.memory": 800}  # one job: the memory terms (the issue allows it to stay larger)
+LINE_LIMIT_EXCEPTIONS = {"engine.estimator.memory": 800,  # one job: the memory terms (the issue allows it to stay larger)
+                         "engine.config": 520}  # the job dataclasses, every form field once (issue 27 added dpo/orpo/grpo fields)
 MODEL_LIMIT = 350
 UI = ROOT / "ui"
 PAGE_LINE_LIMIT = 400  # a page module: one panel, or one part of one

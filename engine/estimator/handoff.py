@@ -57,7 +57,7 @@ _SHORT = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "g
 def estimate_train(cfg: TrainConfig, dtype: str, model: str | None = None, *, on_cpu: bool = False) -> Any:
     """The MemoryEstimate of a training config (query_from_train's query), with what DPO, ORPO and GRPO add
     (engine/estimator/objectives.py: the reference model, the pairs, the generated answers)."""
-    from ..config import OBJECTIVE_METHODS
+    from ..objectives import OBJECTIVE_METHODS
     from .memory import estimate
 
     query = query_from_train(cfg, dtype, model, on_cpu=on_cpu)

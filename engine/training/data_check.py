@@ -12,12 +12,13 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ..config import OBJECTIVE_METHODS, TrainConfig
+from ..config import TrainConfig
 from ..data.build import eval_records, train_records
 from ..data.formats import load_records, record_texts
 from ..data.preview import DataInspection, inspect_records
 from ..errors import ModelLoadError
 from ..i18n import fmt_number, t
+from ..objectives import OBJECTIVE_METHODS
 
 # The check tokenizes every row it looks at: beyond this many it checks the first ones and says so (a 200,000-row file
 # cost about a minute of server CPU per click; the run itself still reads every row).

@@ -24,8 +24,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..config import parse_rewards
 from ..inference.tasks import normalize_answer, score_outputs
+from ..objectives import parse_rewards
 
 LENGTH_FREE = 24  # characters of the first line that cost nothing: an ISO date is 10, a short sentence fits
 LENGTH_SCALE = 64  # characters past the free ones that cost the whole penalty (-1)

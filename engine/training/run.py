@@ -23,12 +23,13 @@ from typing import Any
 
 import torch
 
-from ..config import OBJECTIVE_METHODS, PREFERENCE_METHODS, QuantSettings, TrainConfig
+from ..config import QuantSettings, TrainConfig
 from ..data.build import TrainData, build_train_data
 from ..data.packing import packed_row_multiple
 from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
 from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak, resolve_dtype
+from ..objectives import OBJECTIVE_METHODS, PREFERENCE_METHODS
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
 from .adapters import prepare_for_method
 from .autocast_4bit import autocast_4bit_outputs

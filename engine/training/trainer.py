@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
-from ..config import OBJECTIVE_METHODS, PREFERENCE_METHODS, TrainConfig
+from ..config import TrainConfig
 from ..hardware.device import DeviceInfo
+from ..objectives import OBJECTIVE_METHODS, PREFERENCE_METHODS
 from ..runs import EventLog, config_yaml
 from .callbacks import EvalPatienceCallback, EventsCallback, NonFiniteLossCallback, StopAtLossCallback, StopFileCallback
 from .tensorboard import SAMPLE_PROMPTS, TB_DIRNAME, TensorBoardLogCallback, sample_prompts

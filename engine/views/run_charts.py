@@ -178,3 +178,31 @@ def completions_html(events: Iterable[dict[str, Any]], lang: str = "en") -> str:
     caption = html.escape(t("preference.samples.title", lang, step=fmt_number(latest.get("step", 0), lang)))
     return (f"<details open><summary>{caption}</summary><div style='overflow-x:auto'><table style='font-size:0.85em;width:100%'>"
             f"<thead><tr>{cols}</tr></thead><tbody>{rows}</tbody></table></div></details>")
+
+
+def _sparkline(points: Sequence[tuple[int, float]], width: int = 300, height: int = 56) -> str:
+    """An inline SVG line of (step, value) points scaled to its own range: a picture that needs no plot component (the
+    run view's refresh sends it inside the task part)."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    sx = (width - 4) / (x1 - x0) if x1 > x0 else 0.0
+    sy = (height - 8) / (y1 - y0) if y1 > y0 else 0.0
+    path = " ".join(f"{2 + (x - x0) * sx:.1f},{height - 4 - (y - y0) * sy:.1f}" for x, y in points)
+    return (f"<svg viewBox='0 0 {width} {height}' width='100%' height='{height}' preserveAspectRatio='none' role='img'>"
+            f"<polyline fill='none' stroke='#1f5fd6' stroke-width='2' points='{path}'/></svg>")
+
+
+def objective_html(events: Sequence[dict[str, Any]], method: str, lang: str = "en") -> str:
+    """What a DPO/ORPO/GRPO run optimises, as small line charts (one per metric, each on its own scale, with its latest
+    value), then GRPO's latest sampled answers with their reward; "" for the other methods or before the first point."""
+    frame = objective_frame(events, method, lang)
+    if frame.empty:
+        return ""
+    charts = []
+    for metric, group in frame.groupby("metric", sort=False):
+        points = list(zip(group["step"].tolist(), group["value"].tolist(), strict=True))
+        charts.append(f"<div style='flex:1 1 220px;min-width:200px'><div style='font-size:0.85em'>{html.escape(str(metric))}: "
+                      f"<b>{fmt_number(round(points[-1][1], 3), lang, 3)}</b></div>{_sparkline(points)}</div>")
+    head = f"<b>{html.escape(t('preference.plot.title', lang))}</b>"
+    return (f"<div class='objective-plot'>{head}<div style='display:flex;flex-wrap:wrap;gap:12px'>{''.join(charts)}</div>"
+            f"{completions_html(events, lang)}</div>")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import REWARD_NAMES, TrainConfig, parse_rewards
+from engine.config import TrainConfig
 from engine.errors import ConfigError
+from engine.objectives import REWARD_NAMES, parse_rewards
 from engine.training.rewards import BUILTIN_REWARDS, RewardRecorder, date_parts_reward, dates_reward, format_reward, length_reward
 
 
