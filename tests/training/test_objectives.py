@@ -105,3 +105,27 @@ def test_the_issues_cli_command(runs_dir, monkeypatch, capsys):
     assert rc == 0
     done = read_events(runs_dir / "t-cli-grpo")[-1]
     assert done["type"] == "done"
+
+
+def test_a_dpo_lora_run_merges_exports_to_gguf_and_zips(runs_dir, tmp_path):
+    """The run folder of a preference run is an SFT run's: its adapter merges, the merged model exports to GGUF and the
+    run zips (the page's and the CLI's exports call these)."""
+    import zipfile
+
+    from engine.config import GgufSettings
+    from engine.export.gguf import export_gguf
+    from engine.export.merge import merge_adapter, zip_run
+    from engine.hardware.device import detect_device
+    from tests.conftest import write_jsonl
+
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": f"Say yes {i}", "chosen": "yes", "rejected": "no way"} for i in range(8)])
+    cfg = TrainConfig(method="dpo", tuning="lora", base_model="builtin:compact-mini", dataset=str(pairs), run_name="t-dpo-export",
+                      **{**FAST, "max_steps": 1})
+    run_dir = runs_dir / cfg.run_name
+    assert run_training(cfg, run_dir, runs_dir=runs_dir)["type"] == "done"
+    merged = merge_adapter(run_dir, device=detect_device())
+    assert (merged / "model.safetensors").exists()
+    result = export_gguf(merged, tmp_path / "gguf", GgufSettings(type="f16"))
+    assert result.gguf_path.exists() and result.gguf_path.suffix == ".gguf"
+    with zipfile.ZipFile(zip_run(run_dir, out_path=tmp_path / "run.zip")) as zf:
+        assert any(n.endswith("adapter/adapter_config.json") for n in zf.namelist())
