@@ -15,6 +15,7 @@ from ..errors import EngineError
 from ..estimator.handoff import check_ui_train_config
 from ..fields import from_flat
 from ..i18n import fmt_number, t
+from ..objectives import OBJECTIVE_METHODS
 from ..runs import config_yaml
 from .uploads import keep_upload
 
@@ -92,6 +93,8 @@ def train_config_from_form(values: dict[str, Any], upload_path: str | None, eval
         values["eval_dataset"] = str(keep_upload(eval_path, upload_dir, suffixes=DATA_FILE_TYPES))
     # qlora always loads the base in 4-bit; lora may use an 8-bit base; full/scratch train unquantized weights
     method, mode = values.get("method"), values.get("quant.mode")
+    if method in OBJECTIVE_METHODS:  # dpo/orpo/grpo: their `tuning` names the weights (LoRA, QLoRA or all)
+        method = values.get("tuning") or "lora"
     values["quant.mode"] = "4bit" if method == "qlora" else ("8bit" if method == "lora" and mode == "8bit" else "none")
     cfg = from_flat(TrainConfig, values)
     check_ui_train_config(cfg, runs_dir, upload_dir, allow_local_models=allow_local_models)
