@@ -4,7 +4,7 @@ The page itself is the `ui` package, one module per panel (ui/estimator.py, ui/f
 shared parts (ui/language.py, ui/login.py, ui/mcp.py, ui/page.py); the logic it shows lives in engine/views/.
 
 Run: `python app.py [--share] [--port N] [--runs-dir DIR] [--auth USER:PASSWORD] [--mcp]`. On a shared app (a public
-link, Colab, a Space, a non-loopback address: engine/sharing.py) every run and file belongs to the session that made it,
+link, Colab, Kaggle, SageMaker, GRADIO_SHARE, a Space, a non-loopback address: engine/sharing.py) every run and file belongs to the session that made it,
 and visitors never run remote code or use the server's Hugging Face token (docs/security.md).
 """
 
@@ -27,7 +27,10 @@ __all__ = ["build_app", "launch_options", "login_of", "main"]  # the entry's nam
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Compact LLM Lab web app")
-    parser.add_argument("--share", action="store_true", help="Create a public gradio.live link (on by default on Colab).")
+    share = parser.add_mutually_exclusive_group()
+    share.add_argument("--share", action="store_true", default=None,
+                       help="Create a public gradio.live link (on by default on Colab, Kaggle, SageMaker and with GRADIO_SHARE=true).")
+    share.add_argument("--no-share", dest="share", action="store_false", default=None, help="No public link, even where gradio would open one by itself.")
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                         help="0.0.0.0 to listen on all interfaces (the app is then shared: see docs/security.md).")
@@ -37,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--auto-resume", action="store_true",
                         help="At start, resume the newest interrupted run (its process ended without finishing: a Colab disconnect).")
     parser.add_argument("--auth", default=None, metavar="USER:PASSWORD", help=f"Ask for a login (also ${AUTH_ENV}, e.g. a Space secret).")
-    parser.add_argument("--no-auth", action="store_true", help="No login, even on a Colab public link (anyone with the link can use the app).")
+    parser.add_argument("--no-auth", action="store_true", help="No login, even on a public link the app opens (anyone with the link can use the app).")
     parser.add_argument("--share-owner-token", action="store_true",
                         help="On a shared app, let visitors' model loads use this server's HF_TOKEN: anyone with the link can then read "
                              "your private and gated repositories. Off by default.")
@@ -54,6 +57,10 @@ def main(argv: list[str] | None = None) -> None:
         print("Shared app (" + "; ".join(decision.reasons) + "): runs and files belong to the session that made them; no remote code; "
               + ("visitors' loads USE this server's HF_TOKEN (--share-owner-token)." if args.share_owner_token else "the server's HF_TOKEN is not used for visitors."))
     auth, note = login_of(args, decision)
+    try:
+        sharing.check_mcp_login(args.mcp, auth)  # gradio's MCP server neither checks nor carries a login (engine/sharing.py)
+    except EngineError as exc:
+        parser.error(str(exc))
     if note:
         print(note, flush=True)
     if args.runs_dir:
@@ -69,7 +76,9 @@ def main(argv: list[str] | None = None) -> None:
     # No allowed_paths: files handed back (zips, CSVs, ONNX) are copied by gradio into its own cache from a private folder.
     # show_error: gradio's own input checks (a value outside a dropdown's choices) reach an API caller as a message;
     # every handler turns its own errors into messages without server details (ui_errors).
-    demo.launch(share=args.share or None, server_name=args.host, server_port=args.port, auth=auth,
+    # share: the decision's own value, never None, so gradio's rules for share=None (hosted notebooks, GRADIO_SHARE) cannot
+    # open a public link the decision does not know about
+    demo.launch(share=decision.share, server_name=args.host, server_port=args.port, auth=auth,
                 max_file_size=MAX_FILE_BYTES, show_error=True, mcp_server=args.mcp, **launch_options())
 
 

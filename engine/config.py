@@ -26,6 +26,14 @@ from .sharing import check_remote_code
 QuantMode = Literal["none", "8bit", "4bit", "int8-dynamic"]
 DtypeChoice = Literal["auto", "fp16", "bf16", "fp32"]
 
+# --- Several GPUs (issue 28): TrainConfig.distributed and MemoryQuery.distributed ---
+Distributed = Literal["none", "ddp", "fsdp"]
+DISTRIBUTED_HELP = {
+    "none": "One process on one GPU or the CPU.",
+    "ddp": "Data parallel: each GPU trains a whole copy of the model on its own micro-batches.",
+    "fsdp": "Fully sharded data parallel: the weights, gradients and optimizer state are split across the GPUs.",
+}
+
 
 @dataclass
 class QuantSettings:
@@ -273,6 +281,14 @@ class TrainConfig:
                                   label="Trust remote code", details="transformers' trust_remote_code; always off on a shared app.")
     run_name: str = opt("", "A name for the run's folder; leave empty to name it after the method and the time.", label="Run name",
                         details="Letters, digits, '-', '_' and '.' only.")
+    # --- several GPUs (issue 28) ---
+    distributed: Distributed = opt(
+        "none", "Train on several GPUs: ddp gives each a whole copy of the model, fsdp splits the model between them.", label="Several GPUs",
+        details="Started with `accelerate launch` (one process per GPU; the app's Start does it for you). fsdp uses accelerate's FSDP "
+        "plugin (FULL_SHARD, one unit per decoder layer); QLoRA under fsdp stores the 4-bit weights in the compute dtype "
+        "(bnb_4bit_quant_storage), as peft documents, so that FSDP can shard them.", choices_help=DISTRIBUTED_HELP)
+    gpus: int = opt(2, "How many GPUs train together when several GPUs is ddp or fsdp.", min=2, max=64, step=1, label="GPUs",
+                    details="One process per GPU; the micro batch size is per GPU, so the effective batch is micro batch x accumulation x GPUs.")
 
     def __post_init__(self) -> None:
         validate(self)
@@ -459,6 +475,14 @@ class MemoryQuery:
     grad_accum: int = opt(1, "Adds up this many batches before each update, for a bigger batch without more activation memory.", min=1,
                           max=65536, step=1, label="Gradient accumulation",
                           details="Effective batch = batch x accumulation; the gradients are then kept between micro-batches.")
+    # --- several GPUs (issue 28): the estimate is per GPU ---
+    distributed: Distributed = opt(
+        "none", "How several GPUs share the job; the estimate is then the memory of each GPU.", label="Several GPUs",
+        details="ddp: every GPU holds the whole model, plus a gradient-sized DDP bucket. fsdp (FULL_SHARD, one unit per decoder layer): "
+        "weights, gradients and optimizer state split across the GPUs; each GPU gathers two layers at a time and keeps the "
+        "embeddings and lm_head whole.", choices_help=DISTRIBUTED_HELP)
+    gpus: int = opt(2, "How many GPUs train together; only used when several GPUs is ddp or fsdp.", min=1, max=1024, step=1, label="GPUs",
+                    details="One process per GPU; the micro-batch is per GPU.")
 
     def __post_init__(self) -> None:
         # A JSON query may give lora_targets as a list; store the canonical comma form (the CLI/UI use text).

@@ -10,17 +10,31 @@ The references the app and the CLI accept:
 Several callers check names at different points, and their rules are not all the same: the loader caps a
 run name at 100 characters, the browser boundary does not; a dataset id needs its owner, a model id may
 omit it. Each distinct rule is one public name below, documented with where it applies, so the
-differences are visible and none is copied. This module sits at the bottom of the engine: it imports
-`errors` only.
+differences are visible and none is copied.
+
+The gate for what a visitor names (the last section): on a shared app (engine/sharing.py) a reference that a visitor
+gives (a model, teacher, adapter, dataset or the estimator's config.json, from the page, its API or an MCP tool) may
+name a file on the server only when it is one of that visitor's own uploads. Each entry checks its inputs with its own
+words (engine/estimator/handoff.py for the page and MCP); the engine functions every entry goes through check again
+(`check_visitor_path`, `check_visitor_refs`: the memory estimator's model resolution, `JobManager.start`), so an entry
+that forgot cannot open a server file. The entry says whose uploads those are (`visitor_scope`: a session's folder, or
+none for an MCP caller, who cannot upload). A refused path gets the same answer whether it exists or not: nothing is
+looked up before the refusal. The CLI has its own policy: it runs as the machine's owner, so it is never shared.
+
+This module sits at the bottom of the engine: it imports `errors` and `sharing` only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 
 from .errors import ConfigError, ModelLoadError
+from .sharing import is_shared
 
 BUILTIN_PREFIX = "builtin:"
 RUN_PREFIX = "run:"
@@ -211,3 +225,83 @@ def _is_pair_mapping(mapping: dict[str, str]) -> bool:
 def mapping_format(mapping: dict[str, str]) -> str:
     """The data format a (checked) column mapping makes: the format of its targets (engine/data/formats.py)."""
     return "preference" if _is_pair_mapping(mapping) else COLUMN_TARGETS[next(iter(mapping))]
+
+
+# --------------------------------------------------------------------------------------------------
+# The gate for what a visitor names (see the module docstring)
+# --------------------------------------------------------------------------------------------------
+
+UPLOADS_DIRNAME = "_uploads"  # <runs>/_uploads/<session hash>/<keyed hash>-<name> (engine/views/uploads.py)
+SESSION_DIR_RE = re.compile(r"^[0-9a-f]{16}$")  # a session's folder: the first 16 hex digits of a sha256
+ANY_SESSION = "any-session"  # no scope set: any session's upload folder (the entry has checked the session itself)
+# The scope of the current request (a context variable: per thread and task, never shared between two visitors' calls)
+_VISITOR_UPLOADS: ContextVar[Path | str | None] = ContextVar("compact_lab_visitor_uploads", default=ANY_SESSION)
+# What a refusal says, per kind of reference (language keys under gate.allowed)
+GATE_ALLOWED = {"model": "gate.allowed.model", "dataset": "gate.allowed.dataset", "config": "gate.allowed.config"}
+MODEL_REF_FIELDS = ("base_model", "teacher_model", "adapter")
+DATA_REF_FIELDS = ("dataset", "eval_dataset")
+
+
+@contextlib.contextmanager
+def visitor_scope(uploads: Path | None) -> Iterator[None]:
+    """Within this block, a visitor's references may name files only in `uploads` (their session's upload folder), or
+    none at all (None: an MCP caller, who has no upload folder)."""
+    token = _VISITOR_UPLOADS.set(None if uploads is None else Path(uploads))
+    try:
+        yield
+    finally:
+        _VISITOR_UPLOADS.reset(token)
+
+
+def looks_like_path(ref: str) -> bool:
+    """Does `ref` name something on the server's disk? Decided from its spelling only (looking at the disk would tell
+    the caller whether a path exists): absolute, home- or dot-relative, a backslash, a '..' part, or a .json file."""
+    ref = str(ref or "").strip()
+    return (ref.startswith(("/", "~", ".")) or "\\" in ref or ".." in ref.split("/") or ref.lower().endswith(".json")
+            or bool(re.match(r"^[A-Za-z]:", ref)))
+
+
+def is_upload_file(path: Path) -> bool:
+    """True for a file in some session's upload folder (``<...>/_uploads/<16 hex>/<file>``), symlinks resolved."""
+    try:
+        real = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return real.parent.parent.name == UPLOADS_DIRNAME and bool(SESSION_DIR_RE.match(real.parent.name))
+
+
+def visitor_may_open(path: Path) -> bool:
+    """May the current visitor (`visitor_scope`) name this file? Only one of their own uploads."""
+    scope = _VISITOR_UPLOADS.get()
+    if scope is None:
+        return False
+    if scope == ANY_SESSION:
+        return is_upload_file(path)
+    return is_upload_file(path) and is_within(Path(path).expanduser(), Path(scope))
+
+
+def check_visitor_path(ref: str, field: str, kind: str = "dataset") -> str:
+    """The gate for one path a visitor gives: on a shared app, one of their own uploads (then its resolved path is
+    returned), else a ConfigError naming `field` and what `kind` of reference is allowed (GATE_ALLOWED), the same
+    whether the path exists or not. On a local app and in the CLI the reference is returned as it is."""
+    if not is_shared():
+        return ref
+    if visitor_may_open(Path(str(ref))):
+        return str(Path(str(ref)).expanduser().resolve())
+    raise ConfigError(field, ref, allowed_key=GATE_ALLOWED[kind])
+
+
+def check_visitor_refs(values: Mapping[str, object]) -> None:
+    """The gate for a job's references (a TrainConfig's fields by name, see MODEL_REF_FIELDS and DATA_REF_FIELDS), run
+    where every entry's job starts (engine/training/jobs.py `JobManager.start`): on a shared app no model is named by a
+    server path, and a dataset is built-in, hub:owner/name or one of the visitor's uploads."""
+    if not is_shared():
+        return
+    for field in MODEL_REF_FIELDS:
+        ref = str(values.get(field) or "")
+        if ref and looks_like_path(ref):
+            raise ConfigError(field, ref, allowed_key=GATE_ALLOWED["model"])
+    for field in DATA_REF_FIELDS:
+        ref = str(values.get(field) or "").strip()
+        if ref and not ref.startswith((BUILTIN_PREFIX, HUB_PREFIX)):
+            check_visitor_path(ref, field, "dataset")

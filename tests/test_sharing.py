@@ -59,14 +59,14 @@ def test_activate_records_the_decision_for_children(monkeypatch):
 def test_no_token_for_visitors_nor_in_a_training_subprocess(shared, monkeypatch):
     assert sharing.token_kwargs() == {"token": False}
     env = sharing.child_env({"HF_TOKEN": FAKE, "HUGGING_FACE_HUB_TOKEN": FAKE, "PATH": "/bin"})
-    assert env == {"PATH": "/bin"}
+    assert env == {"PATH": "/bin", sharing.SHARED_ENV: "1", sharing.OWNER_TOKEN_ENV: "0", "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}
     monkeypatch.setenv(sharing.OWNER_TOKEN_ENV, "1")  # --share-owner-token
     assert sharing.child_env({"HF_TOKEN": FAKE})["HF_TOKEN"] == FAKE
 
 
 def test_a_local_app_keeps_the_libraries_defaults(monkeypatch):
     monkeypatch.delenv(sharing.SHARED_ENV, raising=False)
-    assert sharing.hub_token() is None and sharing.token_kwargs() == {} and sharing.child_env({"HF_TOKEN": FAKE}) == {"HF_TOKEN": FAKE}
+    assert sharing.hub_token() is None and sharing.token_kwargs() == {} and sharing.child_env({"HF_TOKEN": FAKE})["HF_TOKEN"] == FAKE
     assert TrainConfig(trust_remote_code=True).trust_remote_code
 
 

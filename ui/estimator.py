@@ -13,6 +13,7 @@ from engine.config import MemoryQuery
 from engine.estimator import memory
 from engine.estimator.handoff import check_ui_estimator_model
 from engine.fields import field_specs, from_flat
+from engine.refs import visitor_scope
 from engine.training.jobs import JobManager
 from engine.views import estimate_view
 from engine.views.uploads import keep_upload
@@ -36,10 +37,15 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
     def query_of(model_v: str, *vals: Any) -> MemoryQuery:
         return from_flat(MemoryQuery, {"model": model_v, **dict(zip(names, vals, strict=True))})
 
-    def on_estimate(model_v: str, tier_v: str, *vals: Any):
+    def checked_query(request: gr.Request | None, model_v: str, *vals: Any) -> MemoryQuery:
+        """The form's query with its model checked as a browser's (only this session's own uploaded config.json)."""
+        return query_of(check_ui_estimator_model(model_v, uploads_of(upload_dir, request)), *vals)
+
+    def on_estimate(request: gr.Request, model_v: str, tier_v: str, *vals: Any):
         lang = lang_of()
-        out = list(estimate_view.estimate_or_warning(lambda: query_of(check_ui_estimator_model(model_v, upload_dir), *vals), tier_v,
-                                                     runs_dir=jobs.runs_dir, shared=jobs.owner_only, lang=lang))
+        with visitor_scope(uploads_of(upload_dir, request)):  # the engine's gate checks the same folder (engine/refs.py)
+            out = list(estimate_view.estimate_or_warning(lambda: checked_query(request, model_v, *vals), tier_v,
+                                                         runs_dir=jobs.runs_dir, shared=jobs.owner_only, lang=lang))
         out[5] = gr.Dataframe(value=out[5], visible=out[5] is not None and len(out[5]) > 0)  # "nothing to change" is said above it
         cols = estimate_view.runs_columns(lang)  # the scatter's columns (its axis titles) in the visitor's language
         out[7] = gr.ScatterPlot(value=out[7], x=cols[0], y=cols[1], color=cols[4], tooltip=[cols[3], cols[2]])
@@ -60,7 +66,8 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
 
     f.manual_btn.click(on_manual, f.manual, [f.model], api_name="manual_architecture")
     f.config_file.upload(on_config_upload, [f.config_file], [f.model])
-    return {"inputs": inputs, "query_of": query_of, "copy_btn": r.copy_btn, "pick": r.pick, "outputs": r.outputs, "on_estimate": on_estimate}
+    return {"inputs": inputs, "query_of": query_of, "checked_query": checked_query, "scope": lambda request: visitor_scope(uploads_of(upload_dir, request)),
+            "copy_btn": r.copy_btn, "pick": r.pick, "outputs": r.outputs, "on_estimate": on_estimate}
 
 
 def estimator_form() -> SimpleNamespace:

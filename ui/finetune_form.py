@@ -13,6 +13,7 @@ import gradio as gr
 from engine import sharing
 from engine.config import TrainConfig
 from engine.estimator import recipes
+from engine.refs import visitor_scope
 from engine.training.jobs import JobManager
 from engine.views import choices, finetune_form, run_view
 from ui.errors import ui_errors
@@ -97,7 +98,8 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
         cfg = config_of(request, upload_path, *vals)
         if finetune_form.memory_prediction(cfg, jobs.runs_dir)[1] == "no":
             gr.Warning(tr("finetune.msg.will_not_fit"))
-        name = jobs.start(cfg, owner=session_key(owner_v, request))
+        with visitor_scope(uploads_of(upload_dir, request)):  # the engine's gate checks this session's folder too (engine/refs.py)
+            name = jobs.start(cfg, owner=session_key(owner_v, request))
         gr.Info(tr("finetune.msg.started", name=name))
         return name, gr.update(choices=run_view.run_choices(jobs), value=name)
 

@@ -88,8 +88,10 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         form = ft["form"]
 
         @ui_errors
-        def copy_to_finetune(pick_n, *vals):
-            values, rank = estimate_view.finetune_values(est["query_of"](vals[0], *vals[2:]), vals[1], pick_n)
+        def copy_to_finetune(request: gr.Request, pick_n, *vals):
+            # the estimator's own check and scope: a config.json of this session's uploads, never another file on the server
+            with est["scope"](request):
+                values, rank = estimate_view.finetune_values(est["checked_query"](request, vals[0], *vals[2:]), vals[1], pick_n)
             gr.Info(tr("estimator.copied_with", rank=rank) if rank is not None else tr("estimator.copied"))
             return [gr.update(value=values[n]) if n in values else gr.skip() for n in form]
 

@@ -165,18 +165,44 @@ def _factor(err: float) -> float:
     return 1.0 / (1.0 + max(err, -0.9))
 
 
-def band_for(task: str, model: str, data: dict[str, Any] | None = None) -> Band:
+# Fewest measurements (and publishers) behind a with/without-checkpointing band before it replaces its category's. One
+# publisher is accepted: its rows are still scored leave-one-source-out (fitted without them); the panel names the count.
+MIN_SUBSET_ROWS = 5
+MIN_SUBSET_SOURCES = 1
+
+
+def subset_name(category: str, grad_ckpt: bool, multi_gpu: bool = False) -> str:
+    """The key of a category's subset in the accuracy file: with/without gradient checkpointing, one GPU or several."""
+    return f"{category}/{'ckpt' if grad_ckpt else 'no-ckpt'}" + ("/multi-gpu" if multi_gpu else "")
+
+
+def band_for(task: str, model: str, data: dict[str, Any] | None = None, grad_ckpt: bool | None = None, multi_gpu: bool = False) -> Band:
     """The 80% band of an estimate of `task` on `model` from the LOSO errors of its category, widened by the error
-    on the nearest measured configuration (the same model and job) when the data has one."""
+    on the nearest measured configuration (the same model and job) when the data has one.
+
+    With `grad_ckpt` given, the errors of the jobs trained the same way (with or without gradient checkpointing) are
+    used when at least MIN_SUBSET_ROWS measurements from MIN_SUBSET_SOURCES publishers back them: the two differ in
+    what is uncertain (without checkpointing the activations, whose fitted coefficient is the estimate's least sure
+    part, dominate; with it the exactly counted weights, adapters and optimizer state do). Jobs on several GPUs (ddp/fsdp,
+    `multi_gpu`) have subsets of their own: the allocator reserves differently there (FSDP's gathers run on their own
+    stream)."""
     data = load_accuracy() if data is None else data
     cat = category_of(task)
     stats = data["categories"].get(cat) or {}
+    label = cat
+    if grad_ckpt is not None:
+        sub = (data.get("subsets") or {}).get(subset_name(cat, grad_ckpt, multi_gpu)) or {}
+        if int(sub.get("n", 0)) >= MIN_SUBSET_ROWS and int(sub.get("sources", 0)) >= MIN_SUBSET_SOURCES:
+            where = ", several GPUs" if multi_gpu else ""
+            stats, label = sub, f"{cat} ({'with' if grad_ckpt else 'without'} gradient checkpointing{where})"
     n = int(stats.get("n", 0))
     if n == 0:
         return Band(1.0, 1.0, 0, cat, f"no published {cat} measurement to validate against")
     q10, q90 = float(stats["q10"]), float(stats["q90"])
-    basis = f"leave-one-source-out error of {n} published {cat} measurements (10th-90th percentile)"
-    near = [r for r in data.get("rows", []) if r.get("category") == cat and _same_model(r.get("model", ""), model)]
+    basis = f"leave-one-source-out error of {n} published {label} measurements (10th-90th percentile)"
+    near = [r for r in data.get("rows", []) if r.get("category") == cat and _same_model(r.get("model", ""), model)
+            and (label == cat or ((r.get("grad_ckpt") is None or bool(r.get("grad_ckpt")) == grad_ckpt)
+                                  and bool(r.get("multi_gpu", False)) == multi_gpu))]
     if near:
         errs = [float(r["loso_err"]) for r in near]
         q10, q90 = min(q10, *errs), max(q90, *errs)

@@ -101,6 +101,7 @@ def _tier_info(query: MemoryQuery, tier: str) -> dict[str, Any]:
         "tier": tier,
         # what this card's nvidia-smi would show: allocated + reserve + this card generation's CUDA context + paged state
         "need_on_tier_gib": round(need + paged, 4),
+        "resident_on_tier_gib": round(need, 4),  # what must stay on the card: the verdict's basis (paged state can page out)
         "verdict_on_tier": memory.tier_verdict(query, card),
         "max_batch": memory.max_batch(query, tier),
         "max_seq_len": memory.max_seq_len(query, tier),
@@ -171,7 +172,7 @@ def answer_query_line(text: str, number: int = 1, tier: str | None = None) -> di
 
 
 def _human(est: Any, result: dict[str, Any], tier: str | None) -> str:
-    from .memory import breakdown_rows, detail_rows
+    from .memory import breakdown_rows, detail_rows, paging_seconds
 
     q = est.query
     lines = [
@@ -183,6 +184,11 @@ def _human(est: Any, result: dict[str, Any], tier: str | None) -> str:
     if est.band is not None and est.band.n:
         lo, hi = est.range_gib(est.allocated_gib)
         lines.insert(2, f"80% band: {lo:.2f}-{hi:.2f} GiB allocated ({est.band.basis})")
+    if q.distributed != "none" and q.gpus > 1 and q.task != "inference":
+        lines.insert(1, f"per GPU: {q.distributed} on {q.gpus} GPUs (every figure and verdict below is one GPU's)")
+    if est.pageable_gib > 0:
+        lines.insert(-1, f"must stay on the GPU: {est.resident_gib:.2f} GiB (the verdict's basis); can page out to CPU RAM: "
+                         f"{est.pageable_gib:.2f} GiB of paged optimizer state")
     for term, gib, _why in breakdown_rows(est):
         if gib:
             lines.append(f"  {term:24s} {gib:9.3f} GiB")
@@ -193,6 +199,10 @@ def _human(est: Any, result: dict[str, Any], tier: str | None) -> str:
     if tier:
         lines.append("")
         lines.append(f"On {tier}: largest batch {result['max_batch']} (at sequence {q.seq_len}), longest sequence {result['max_seq_len']} (at batch {q.batch}).")
+        out = est.paged_out_gib.get(tier, 0.0)
+        if out > 0:
+            lines.append(f"  {out:.2f} GiB of paged optimizer state will live in CPU RAM there: about {paging_seconds(out):.1f} s more per "
+                         "optimizer step (PCIe at 12 GB/s), slower but not out of memory.")
         for s in result["make_it_fit"]:
             lines.append(f"  {s['rank']}. {s['description']} -> {s['new_total_gib']:.2f} GiB ({s['cost']})")
     for note in est.notes:

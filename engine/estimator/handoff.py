@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config import MemoryQuery, TrainConfig
 from ..errors import ConfigError
-from ..refs import BUILTIN_PREFIX, HUB_MODEL_ID_RE, MERGED_SUFFIX, RUN_PREFIX, is_plain_name
+from ..refs import BUILTIN_PREFIX, HUB_MODEL_ID_RE, MERGED_SUFFIX, RUN_PREFIX, is_plain_name, looks_like_path
 from ..sharing import check_local_model
 from .catalog import catalog_lookup
 from .texts import KeyedConfigError, Msg
@@ -48,6 +48,9 @@ def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
         # a catalog short name ("qwen2.5-1.5b") names no loadable model: the fine-tune form gets its Hugging Face id
         values["base_model"] = entry.hf_id if entry is not None and q.model.strip().lower() == entry.name.lower() else q.model
     values["precision"] = {"amp-fp16": "fp16", "amp-bf16": "bf16", "pure-bf16": "bf16", "fp32": "fp32"}[q.training_precision]
+    values["distributed"] = q.distributed if q.gpus > 1 else "none"
+    if q.distributed != "none" and q.gpus > 1:
+        values["gpus"] = q.gpus
     return values
 
 
@@ -101,6 +104,8 @@ def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None, *, 
         # micro_batch samples in fewer rows, so micro_batch x max_seq_len tokens per pass bounds it too
         seq_len=cfg.max_seq_len,
         grad_ckpt=cfg.grad_checkpointing,
+        distributed=cfg.distributed,  # the estimate is then per GPU
+        gpus=cfg.gpus,
     )
 
 
@@ -141,9 +146,11 @@ def check_ui_model_ref(ref: str, runs_dir: Path, *, allow_local: bool = False) -
     return ref
 
 
-def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path, *, allow_local_models: bool = False) -> None:
+def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path | None, *, allow_local_models: bool = False) -> None:
     """Reject browser-supplied configs that name server paths (model folders, arbitrary data files). Model folders
-    are accepted with allow_local_models (a trusted local `python app.py --allow-local-models`)."""
+    are accepted with allow_local_models (a trusted local `python app.py --allow-local-models`). upload_dir: the
+    caller's own upload folder (a browser session's), None for a caller who cannot upload (an MCP tool): then a dataset
+    is built-in or hub:owner/name. Nothing is looked up on the disk before a refusal."""
     check_ui_model_ref(cfg.base_model, runs_dir, allow_local=allow_local_models)
     if cfg.teacher_model:  # checked even when unused (method is not distill): it is saved in the run's config
         try:
@@ -154,19 +161,20 @@ def check_ui_train_config(cfg: TrainConfig, runs_dir: Path, upload_dir: Path, *,
         ref = getattr(cfg, name)
         if not ref or ref.startswith(("builtin:", "hub:")):  # hub:owner/name is checked by TrainConfig
             continue
-        path = Path(ref).resolve()
-        if not path.is_relative_to(Path(upload_dir).resolve()):
+        if upload_dir is None or not Path(ref).resolve().is_relative_to(Path(upload_dir).resolve()):
             raise ConfigError(name, ref, "a built-in dataset, hub:owner/name or a file uploaded through the form")
 
 
-def check_ui_estimator_model(ref: str, upload_dir: Path) -> str:
-    """Estimator model references from a browser: built-in, manual:..., catalog/Hub id, or an uploaded config.json."""
+def check_ui_estimator_model(ref: str, upload_dir: Path | None) -> str:
+    """Estimator model references from a browser or an MCP tool: built-in, manual:..., catalog/Hub id, or a config.json
+    uploaded by this caller (upload_dir: the caller's own upload folder, a browser session's; None for a caller who
+    cannot upload: every path is refused). The same answer for a refused path whether it exists or not."""
     ref = (ref or "").strip()
     if ref.startswith(("builtin:", "manual:")):
         return ref
-    if ref.endswith(".json") or ref.startswith(("/", "~", ".")):
-        path = Path(ref).resolve()
-        if path.is_relative_to(Path(upload_dir).resolve()):
+    if ref.endswith(".json") or looks_like_path(ref):
+        path = Path(ref).expanduser().resolve()
+        if upload_dir is not None and path.is_relative_to(Path(upload_dir).resolve()):
             return str(path)
         raise KeyedConfigError("model", ref, Msg("estimator.allowed.browser_config"))
-    return check_ui_model_ref(ref, Path(upload_dir))
+    return check_ui_model_ref(ref, Path(upload_dir or "."))

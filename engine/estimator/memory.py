@@ -40,13 +40,16 @@ from ..fields import from_dict
 from .accuracy import Band, band_for, category_of
 from .architecture import Arch, LinearSpec
 from .catalog import HardwareTier, catalog, hardware_tiers, tier_by_name
-from .model_config import arch_from_manual, resolve
+from .model_config import arch_from_manual, gate, resolve
+from .paging import paged_out_gib, paging_seconds, residency_rows
 from .precision import FLOAT_BYTES, QUANT_DTYPES, PrecisionPlan, precision_plan
+from .sharding import Shares, per_gpu
 from .texts import KeyedConfigError, Msg, term_name, term_what, tier_msg
 
 __all__ = [
     "MemoryEstimate", "Suggestion", "estimate", "hardware_tiers", "catalog", "model_choices", "max_batch", "max_seq_len",
-    "make_it_fit", "breakdown_rows", "detail_rows", "arch_from_manual", "query_from_json", "tier_verdict", "TERMS", "CAL",
+    "make_it_fit", "breakdown_rows", "detail_rows", "residency_rows", "arch_from_manual", "query_from_json", "tier_verdict", "query_band",
+    "paged_out_gib", "paging_seconds", "TERMS", "CAL",
     "OBJECTIVE_TERMS",
 ]
 
@@ -97,7 +100,7 @@ class MemoryEstimate:
     trainable_params: int
     breakdown_gib: dict[str, float]  # TERMS order; sums to total_gib (allocated = the terms above fragmentation, less paged state)
     allocated_gib: float  # torch.cuda.max_memory_allocated() at the peak
-    total_gib: float  # what nvidia-smi shows: allocated + fragmentation + CUDA context
+    total_gib: float  # what nvidia-smi shows: allocated + fragmentation + CUDA context + paged state while resident
     tiers: dict[str, str]  # tier name -> fits | tight | no
     notes: list[str] = field(default_factory=list)
     phase: str = ""  # the phase where the peak happens
@@ -105,6 +108,17 @@ class MemoryEstimate:
     effective_batch: int = 1
     details_gib: dict[str, float] = field(default_factory=dict)  # named physical components inside the terms
     band: Band | None = None  # where the measured peak is expected (factors of the prediction), cross-validated
+    paged_out_gib: dict[str, float] = field(default_factory=dict)  # tier -> paged state living in CPU RAM there (jobs that run)
+
+    @property
+    def resident_gib(self) -> float:
+        """What must stay on the GPU (allocated + allocator reserve + CUDA context): what the verdict is based on."""
+        return self.total_gib - self.spillable_gib
+
+    @property
+    def pageable_gib(self) -> float:
+        """What may page out to CPU RAM: paged optimizer state (unified memory)."""
+        return self.spillable_gib
 
     def range_gib(self, value: float, fixed: float = 0.0) -> tuple[float, float]:
         """The band around `value`; `fixed` (the CUDA context) is not scaled."""
@@ -123,6 +137,9 @@ class MemoryEstimate:
             "tiers": dict(self.tiers),
             "peak_phase": self.phase,
             "spillable_gib": round(self.spillable_gib, 4),
+            "resident_gib": round(self.resident_gib, 4),
+            "pageable_gib": round(self.pageable_gib, 4),
+            "paged_out_gib": {k: round(v, 4) for k, v in self.paged_out_gib.items() if v > 0},
             "effective_batch": self.effective_batch,
             "details_gib": {str(k): round(v, 4) for k, v in self.details_gib.items()},
             "band": None if self.band is None else {
@@ -323,8 +340,15 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     grad_b = p.master if full else p.adapter
     adapters = 0.0 if full else n_lora * p.adapter
     grads = trainable * grad_b
-    opt_state, step_tmp, paged = _optimizer(q.optimizer, arch, trainable, grad_b, full)
+    largest = max(max_lin, arch.vocab * h) if full else max((q.lora_r * max(m.d_in, m.d_out) for m in lora_mods), default=0)
+    if lora_head:
+        largest = max(largest, q.lora_r * arch.vocab)
+    opt_state, step_tmp, paged = _optimizer(q.optimizer, arch, trainable, grad_b, full, largest)
     details: dict[str, float] = {}
+    shares = per_gpu(q, arch, p, full, Shares(weights, consts, adapters, grads, opt_state, paged))  # ddp/fsdp: one GPU's share
+    weights, consts, adapters, grads, opt_state, paged = shares.weights, shares.consts, shares.adapters, shares.grads, shares.opt_state, shares.paged
+    ddp_bucket = shares.ddp_bucket
+    details.update(shares.details)
 
     tokens = b * s
     a_tok, a_seq = layer_activations(arch, q, p, lora_mods)
@@ -379,7 +403,7 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
         copies = c * ((n_lora - head_lora) / (arch.n_layers if q.grad_ckpt else 1) + head_lora)
         tmp += copies
         details[Msg("estimator.detail.adapter_copies")] = copies
-    g_pre = grads if q.grad_accum > 1 else 0.0
+    g_pre = (grads if q.grad_accum > 1 else 0.0) + ddp_bucket
     static = {"weights": weights, "quantization constants": consts, "trainable weights": adapters, "optimizer state": opt_state}
     # Full fine-tuning: lm_head's weight gradient appears while the 16-bit gradient of the logits is alive.
     head_grad = head_numel * grad_b + c * V * tokens if full else 0.0
@@ -388,22 +412,23 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
              "activations": acts + (work if top == work else 0.0),
              "logits/loss": loss if top == loss else (c * V * tokens if top == head_grad else 0.0), "temporary buffers": tmp}
     emb_tmp = head_numel * grad_b if (full and arch.tied) else 0.0  # the tied embedding's two gradients are summed
-    end = {**static, "gradients": grads, "temporary buffers": emb_tmp}
-    step = {**static, "gradients": grads, "temporary buffers": step_tmp}
+    end = {**static, "gradients": grads + ddp_bucket, "temporary buffers": emb_tmp}
+    step = {**static, "gradients": grads + ddp_bucket, "temporary buffers": step_tmp}
     phase, out = max((("start of backward", start), ("end of backward", end), ("optimizer step", step)), key=lambda kv: sum(kv[1].values()))
     if q.grad_accum > 1 and full:
         notes.append(Msg("estimator.note.accumulation"))
     if out.get("logits/loss"):
         details[Msg("estimator.detail.logits")] = out["logits/loss"]
     if step_tmp and phase == "optimizer step":
-        details[Msg("estimator.detail.step_temporary")] = step_tmp
+        details[Msg("estimator.detail_dist.paged_prefetch" if paged else "estimator.detail.step_temporary")] = step_tmp
     if paged:
         details[Msg("estimator.detail.paged_state")] = paged
     return out, phase, paged, trainable, notes, details
 
 
-def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool) -> tuple[float, float, float]:
-    """(optimizer state counted by PyTorch, step temporary, paged state outside PyTorch's allocator) in bytes."""
+def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool, largest: int = 0) -> tuple[float, float, float]:
+    """(optimizer state counted by PyTorch, step temporary, paged state outside PyTorch's allocator) in bytes. A paged
+    optimizer's step temporary is the state of the `largest` trainable tensor, prefetched to the GPU for its update."""
     if name == "adamw-foreach":
         # torch AdamW without fused (torch's own default, transformers 4's adamw_torch): _multi_tensor_adamw builds
         # sqrt(exp_avg_sq) for a whole parameter group at once. The HF Trainer's groups are "decay" (every weight
@@ -418,9 +443,9 @@ def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool) -> tuple
     if name in ("adamw-8bit", "paged-adamw-8bit"):
         small = (arch.params_total - arch.params_layer_linear - arch.params_embedding - arch.params_lm_head) if full else 0
         state = 2.0 * (n - small) * (1 + 4 / 256) + 8.0 * small  # blockwise 8-bit (256) ; tensors < 4096 stay fp32
-        return (0.0, 0.0, state) if name.startswith("paged") else (state, 0.0, 0.0)
+        return (0.0, 2.0 * (1 + 4 / 256) * largest, state) if name.startswith("paged") else (state, 0.0, 0.0)
     if name == "paged-adamw-32bit":
-        return 0.0, 0.0, 8.0 * n
+        return 0.0, 8.0 * largest, 8.0 * n
     if name == "sgd":
         return 0.0, 0.0, 0.0  # HF's "sgd": torch SGD without momentum keeps no state
     if name == "adafactor":
@@ -444,12 +469,13 @@ def fragmentation(parts: dict[str, float]) -> float:
 
 
 def _verdict(need_gib: float, paged_gib: float, tier: HardwareTier, band: Band | None = None) -> str:
-    """fits: even the high end of the band fits the card's usable memory; no: even the low end does not (paged
-    optimizer state may spill to CPU RAM, so it only makes a job tight); tight: the band straddles it."""
+    """fits: even the high end of the band fits the card's usable memory; no: even the low end does not; tight: the
+    band straddles it. On what must stay resident (`need_gib`): paged optimizer state pages out (engine/estimator/paging.py)."""
+    del paged_gib  # in the signature for the callers' (need, paged) pairs
     low, high = (band.low, band.high) if band is not None else (1.0, 1.0)
     var = need_gib - tier.cuda_context_gib  # the band is on what PyTorch holds; the context is the card's own
     upper, lower = tier.cuda_context_gib + var * high, tier.cuda_context_gib + var * low
-    if upper + paged_gib <= tier.usable_gib:
+    if upper <= tier.usable_gib:
         return "fits"
     if lower <= tier.usable_gib:
         return "tight"
@@ -457,18 +483,26 @@ def _verdict(need_gib: float, paged_gib: float, tier: HardwareTier, band: Band |
 
 
 @functools.lru_cache(maxsize=1024)
-def band_of(task: str, model: str) -> Band:
-    """The cross-validated band of an estimate of `task` on `model` (engine/estimator/accuracy.py)."""
+def band_of(task: str, model: str, grad_ckpt: bool | None = None, multi_gpu: bool = False) -> Band:
+    """The cross-validated band of an estimate of `task` on `model` (engine/estimator/accuracy.py), of the jobs with
+    or without gradient checkpointing, on one GPU or several, when enough measurements tell them apart."""
     try:
-        return band_for(task, model)
+        return band_for(task, model, grad_ckpt=grad_ckpt, multi_gpu=multi_gpu)
     except EngineError as exc:
         return Band(1.0, 1.0, 0, category_of(task), f"no accuracy data ({exc})")
 
 
+def query_band(query: MemoryQuery) -> Band:
+    """The band of this query's estimate."""
+    training = query.task != "inference"
+    return band_of(query.task, query.model, query.grad_ckpt if training else None,
+                   training and query.distributed != "none" and query.gpus > 1)
+
+
 def tier_verdict(query: MemoryQuery, tier: HardwareTier) -> str:
     """fits | tight | no for the query on `tier` (any HardwareTier, e.g. one whose usable memory was corrected
-    from this machine's runs), with the query's band."""
-    return _verdict(*need_gib(query, tier), tier, band_of(query.task, query.model))
+    from this machine's runs), with the query's band. Under ddp/fsdp it is the verdict for each GPU."""
+    return _verdict(*need_gib(query, tier), tier, query_band(query))
 
 
 def estimate(query: MemoryQuery) -> MemoryEstimate:
@@ -486,11 +520,13 @@ def estimate(query: MemoryQuery) -> MemoryEstimate:
     # Paged optimizer state is unified memory: outside PyTorch's count, but resident on the GPU (and in nvidia-smi)
     # while there is room; counted in what nvidia-smi shows, not in allocated.
     breakdown["optimizer state"] += paged / GIB
-    band = band_of(query.task, query.model)
-    tiers = {}
+    band = query_band(query)
+    tiers, paged_out = {}, {}
     for t in hardware_tiers():
         need = (allocated + frag) / GIB + t.cuda_context_gib
         tiers[t.name] = _verdict(need, paged / GIB, t, band)
+        if paged and tiers[t.name] != "no":
+            paged_out[t.name] = paged_out_gib(need, paged / GIB, t)
     notes = list(notes)
     if paged:
         notes.append(Msg("estimator.note.paged", gib=round(paged / GIB, 2)))
@@ -500,13 +536,13 @@ def estimate(query: MemoryQuery) -> MemoryEstimate:
         query=query, model=arch.label, params=arch.params_total, trainable_params=trainable,
         breakdown_gib=breakdown, allocated_gib=allocated / GIB, total_gib=(allocated + frag + paged) / GIB + CAL["cuda_context_gib"],
         tiers=tiers, notes=notes, phase=phase, spillable_gib=paged / GIB, effective_batch=query.batch * query.grad_accum,
-        details_gib={k: v / GIB for k, v in details.items()}, band=band,
+        details_gib={k: v / GIB for k, v in details.items()}, band=band, paged_out_gib=paged_out,
     )
 
 
 def query_key(q: MemoryQuery) -> tuple:
-    """The query as a hashable tuple of its fields (the cache key of `estimate_by_key`)."""
-    return tuple(getattr(q, f.name) for f in dataclasses.fields(q))
+    """The cache key of `estimate_by_key`; its model through the visitor gate first (a cache must not answer a refused path)."""
+    return tuple(gate(q.model) if f.name == "model" else getattr(q, f.name) for f in dataclasses.fields(q))
 
 
 @functools.lru_cache(maxsize=8192)
@@ -612,6 +648,8 @@ def query_from_json(data: dict[str, Any]) -> MemoryQuery:
 _COSTS = {key: (order, Msg(f"estimator.cost.{key}")) for key, order in {
     "attention": 0, "optimizer": 1, "double_quant": 1, "grad_ckpt": 2, "batch": 3, "chunked_loss": 3, "quantize": 4,
     "lora_targets": 5, "lora_r": 5, "seq_len": 6, "new_tokens": 6, "task": 7}.items()}
+# Several GPUs under ddp: sharding them with fsdp costs communication, not results (texts in estimator.*_dist).
+_COSTS["fsdp"] = (2, Msg("estimator.cost_dist.fsdp"))
 
 
 def _candidates(q: MemoryQuery, arch: Arch, tier: HardwareTier) -> list[tuple[str, str, dict[str, Any]]]:
@@ -620,6 +658,8 @@ def _candidates(q: MemoryQuery, arch: Arch, tier: HardwareTier) -> list[tuple[st
     training = q.task != "inference"
     if q.attention == "eager":
         out.append(("attention", Msg("estimator.fit.sdpa"), {"attention": "sdpa"}))
+    if training and q.distributed == "ddp" and q.gpus > 1:
+        out.append(("fsdp", Msg("estimator.fit_dist.fsdp", gpus=q.gpus), {"distributed": "fsdp"}))
     if training and q.optimizer in ("adamw", "paged-adamw-32bit"):
         out.append(("optimizer", Msg("estimator.fit.adamw_8bit"), {"optimizer": "adamw-8bit"}))
         out.append(("optimizer", Msg("estimator.fit.paged_adamw_8bit"), {"optimizer": "paged-adamw-8bit"}))

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelLoadError
-from ..refs import LOOSE_HUB_ID_RE
-from ..sharing import token_kwargs
+from ..refs import LOOSE_HUB_ID_RE, check_visitor_path, looks_like_path
+from ..sharing import is_shared, token_kwargs
 from .arch_cache import cached_arch, write_cache
 from .architecture import Arch, analyze
 from .catalog import CatalogEntry, catalog_lookup
@@ -32,7 +32,16 @@ def resolve(ref: str) -> Arch:
     """The architecture behind a model reference (cached). Raises ModelLoadError/ConfigError with a clear message."""
     if not isinstance(ref, str) or not ref.strip():
         raise KeyedConfigError("model", ref, Msg("estimator.allowed.model"))
-    return _resolve_cached(ref.strip())
+    return _resolve_cached(gate(ref.strip()))
+
+
+def gate(ref: str) -> str:
+    """The gate every estimator entry goes through (page, API, MCP; `resolve` and memory.py `query_key`, before any
+    cache): on a shared app a path must be one of the visitor's own uploads, refused alike whether it exists or not
+    (engine/refs.py `check_visitor_path`); returned as it is otherwise."""
+    if is_shared() and isinstance(ref, str) and looks_like_path(ref.strip()):
+        return check_visitor_path(ref.strip(), "model", "config")
+    return ref
 
 
 @functools.lru_cache(maxsize=256)
@@ -46,7 +55,9 @@ def _resolve_cached(ref: str) -> Arch:
     if entry is not None:
         return _from_catalog(entry, ref)
     path = Path(ref).expanduser()
-    if ref.endswith(".json") or path.is_dir() or path.is_file():
+    # on a shared app a path is known from its spelling alone (engine/refs.py looks_like_path): looking at the disk for
+    # a Hub-style name would tell a visitor which folders exist on the server
+    if ref.endswith(".json") or (looks_like_path(ref) if is_shared() else (path.is_dir() or path.is_file())):
         return _from_file(path, ref)
     if LOOSE_HUB_ID_RE.match(ref):
         return _from_hub(ref)

@@ -107,9 +107,40 @@ def broadcast_object(obj: Any) -> Any:
     return box[0]
 
 
+def mode(chosen: str) -> str:
+    """How this run's processes really share the work: "none" in one process, else the chosen ddp/fsdp ("ddp" when
+    a launcher started several processes for a config that chose none: what the Trainer then does)."""
+    if not is_distributed():
+        return "fsdp" if chosen == "fsdp" else "none"
+    return "ddp" if chosen == "none" else chosen
+
+
+def check_mode(chosen: str, device_kind: str) -> None:
+    """Refuse FSDP where the pinned accelerate (1.15) would not apply it: its FSDP plugin is only set up for GPU-like
+    process groups (AcceleratorState keeps a CPU/gloo group MULTI_CPU, i.e. plain DDP), so a CPU run asked for FSDP
+    would silently train unsharded."""
+    if chosen == "fsdp" and device_kind != "cuda":
+        from ..errors import EngineError
+
+        raise EngineError(key="message.distributed.fsdp_needs_gpus", device=device_kind)
+
+
 def launch_command(config: str = "run.yaml", processes: int = 2) -> str:
     """The shell command that trains `config` on `processes` processes (one per GPU), as the app's "Show command"
     prints it and docs/multi_gpu.md explains it. `--multi_gpu` is what makes accelerate spawn the processes
     (torchrun); on a machine without GPUs they train on the CPU over gloo. (`--cpu --num_processes N` would
     start a single process unless MPI is set up.)"""
     return f"accelerate launch --multi_gpu --num_processes {int(processes)} -m engine train --config {config}"
+
+
+def launcher_argv(python: str, processes: int) -> list[str]:
+    """The argv prefix that starts `python -m engine ...` on `processes` processes with accelerate's launcher (the
+    app's Start for a ddp/fsdp config; `launch_command` is the same for people). The flags `accelerate config` would
+    otherwise be asked for are given, and a free rendezvous port, so that two launches on one machine never meet."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return [python, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(int(processes)), "--num_machines", "1",
+            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port), "-m"]

@@ -144,11 +144,14 @@ def load_tokenizer(
     return tokenizer_from(source.location, trust_remote_code)
 
 
-def bnb_config(quant: QuantSettings, compute_dtype: torch.dtype, *, cpu_offload: bool = False) -> Any:
+def bnb_config(quant: QuantSettings, compute_dtype: torch.dtype, *, cpu_offload: bool = False, quant_storage: torch.dtype | None = None) -> Any:
     """The transformers BitsAndBytesConfig for `quant` (None for modes that are not bitsandbytes).
 
     cpu_offload: keep modules that device_map="auto" puts on the CPU/disk unquantized in fp32 (bitsandbytes
     refuses to place quantized weights there, and transformers refuses the map without this flag).
+    quant_storage: the dtype the packed 4-bit weights are stored in (bitsandbytes' default uint8). FSDP shards only
+    float tensors and flattens the tensors of a unit into one: QLoRA under FSDP stores them in the compute dtype
+    (peft's and bitsandbytes' FSDP-QLoRA guides).
     """
     if quant.mode not in ("8bit", "4bit"):
         return None
@@ -161,6 +164,7 @@ def bnb_config(quant: QuantSettings, compute_dtype: torch.dtype, *, cpu_offload:
         bnb_4bit_quant_type=quant.quant_type,
         bnb_4bit_use_double_quant=quant.double_quant,
         bnb_4bit_compute_dtype=compute_dtype,
+        bnb_4bit_quant_storage=quant_storage or torch.uint8,
         llm_int8_enable_fp32_cpu_offload=cpu_offload,
     )
 
@@ -179,6 +183,7 @@ def load_model(
     allow_cpu_repack: bool = False,
     offload_folder: Path | None = None,
     max_memory: dict[int | str, int | str] | None = None,
+    quant_storage: torch.dtype | None = None,
 ) -> LoadedModel:
     """Load model + tokenizer for `ref` (engine/models/references.py lists the reference forms).
 
@@ -188,7 +193,8 @@ def load_model(
     a model over the GPUs, CPU RAM and disk with accelerate (ignored on a CPU-only machine); what went where
     is in `LoadedModel.placement()`. offload_folder: where "auto" puts weights that fit neither GPU nor RAM (default
     `<runs>/_offload/`; it must lie inside the runs dir unless allow_local_paths). max_memory: accelerate's
-    per-device budget for "auto", e.g. {0: "6GiB", "cpu": "12GiB"}. quant.mode "int8-dynamic" quantizes every
+    per-device budget for "auto", e.g. {0: "6GiB", "cpu": "12GiB"}. quant_storage: the storage dtype of 4-bit weights
+    (`bnb_config`; the compute dtype for QLoRA under FSDP). quant.mode "int8-dynamic" quantizes every
     Linear with torch for CPU inference (ConfigError on a GPU), merging an adapter first. adapter: a LoRA
     adapter (run:NAME, Hub id, or folder under the same path policy) applied on top, unmerged.
     allow_cpu_repack: opt in to bitsandbytes' packed CPU inference layout for 4-bit models (1.2-5x faster
@@ -228,7 +234,7 @@ def load_model(
         _quiet_int8_cast_warning()
     check_remote_code(trust_remote_code)  # shared mode: no Hub repo's Python runs here (engine/sharing.py)
     kwargs: dict[str, Any] = {"dtype": model_dtype, "trust_remote_code": trust_remote_code, **token_kwargs()}
-    qconfig = bnb_config(quant, compute_dtype, cpu_offload=device_map == "auto")
+    qconfig = bnb_config(quant, compute_dtype, cpu_offload=device_map == "auto", quant_storage=quant_storage)
     if qconfig is not None:
         kwargs["quantization_config"] = qconfig
     if device_map == "auto":

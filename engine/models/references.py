@@ -280,8 +280,10 @@ def model_type_of(ref: str, runs_dir: Path, *, allow_local_paths: bool = True) -
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-        try:
-            path = Path(hf_hub_download(source.location, "config.json"))
+        from ..sharing import token_kwargs
+
+        try:  # for a visitor of a shared app, in the app and in its training processes: never the server's token
+            path = Path(hf_hub_download(source.location, "config.json", **token_kwargs()))
         except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError):
             return None
     try:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from ..config import TrainConfig
 from ..errors import JobError
+from ..refs import DATA_REF_FIELDS, MODEL_REF_FIELDS, check_visitor_refs
 from ..runs import RunSummary, atomic_write_text, run_path, save_config, summarize
 from ..sharing import child_env, is_shared
 
@@ -164,7 +165,9 @@ class JobManager:
 
     def start(self, cfg: TrainConfig, owner: str | None = None) -> str:
         """Start a new run; refuses while another run is going. Returns the run name. `owner`: the key of the
-        browser that starts it (only that key may stop it when `owner_only`)."""
+        browser that starts it (only that key may stop it when `owner_only`). On a shared app the run's references go
+        through the visitor gate first (engine/refs.py `check_visitor_refs`), whichever entry started it."""
+        check_visitor_refs({name: getattr(cfg, name, "") for name in (*MODEL_REF_FIELDS, *DATA_REF_FIELDS)})
         with self._lock:
             busy = self.active()
             if busy:
@@ -216,7 +219,14 @@ class JobManager:
         return self.start(retry, owner=owner)
 
     def _launch(self, run_dir: Path, *, resume: bool) -> None:
-        cmd = [self.python, "-m", "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
+        from ..hardware.distributed import launcher_argv
+        from ..runs import load_config
+
+        cfg = load_config(run_dir / "config.yaml")
+        # ddp/fsdp: accelerate's launcher starts one process per GPU, each running the same command (a new session
+        # holds them all, so Stop's process-group kill reaches every rank)
+        head = launcher_argv(self.python, cfg.gpus) if cfg.distributed != "none" else [self.python, "-m"]
+        cmd = [*head, "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
         if resume:
             cmd.append("--resume")
         env = child_env(os.environ)  # shared mode: no Hub token for a visitor's run

@@ -123,6 +123,7 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
     """Open the run folder (clear a stale STOP file, drop half-written checkpoints on resume), save the config and
     write the `start` event."""
     device = detect_device()
+    distributed.check_mode(cfg.distributed, device.kind)
     # Under `accelerate launch` (engine/hardware/distributed.py) every rank runs this function; rank 0 alone writes
     # the run folder (EventLog and save_config check the rank) and the others wait for it where they read it.
     distributed.init(cpu=device.kind == "cpu")
@@ -145,7 +146,7 @@ def _start_run(cfg: TrainConfig, run_dir: Path, runs_dir: Path, resume: bool) ->
     events.write("start", run=run_dir.name, method=cfg.method, base_model=cfg.base_model, dataset=cfg.dataset,
                  resumed_from=checkpoint.name if checkpoint else None, device=device.name, device_kind=device.kind, dtype=str(dtype).replace("torch.", ""),
                  precision_note=precision_reason(device, model_type) if cfg.precision == "auto" else f"{cfg.precision}, as chosen",
-                 world_size=distributed.world_size())
+                 world_size=distributed.world_size(), distributed=distributed.mode(cfg.distributed))
     reset_peak(device)
     return RunContext(cfg, run_dir, runs_dir, device, dtype, events, main, checkpoint, started)
 
@@ -229,7 +230,10 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
         quant = QuantSettings(mode="none", compute_dtype=cfg.precision)
     # AMP (fp16 on a GPU, bf16 on a CPU) keeps fp32 master weights of trained weights: engine/hardware/device.py
     load_dtype = master_dtype(cfg.weights, dtype, device)
-    return load_model(cfg.base_model, quant, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=load_dtype)
+    # QLoRA under FSDP: the 4-bit weights stored in the compute dtype, so that FSDP can flatten and shard them
+    storage = dtype if cfg.distributed == "fsdp" and quant.mode == "4bit" else None
+    return load_model(cfg.base_model, quant, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=load_dtype,
+                      quant_storage=storage)
 
 
 # --------------------------------------------------------------------------------------------------

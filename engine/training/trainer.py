@@ -79,7 +79,22 @@ def training_kwargs(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: 
         remove_unused_columns=False,
         dataloader_num_workers=0,
         disable_tqdm=True,
+        **fsdp_args(cfg),
     )
+
+
+def fsdp_args(cfg: TrainConfig) -> dict[str, Any]:
+    """The TrainingArguments that turn on accelerate's FSDP plugin for `distributed: fsdp` (none otherwise): FSDP2
+    (transformers 5's default), FULL_SHARD (weights resharded after each layer's forward), one unit per decoder layer
+    (TRANSFORMER_BASED_WRAP: the model's `_no_split_modules`), a full state dict for the checkpoints and the saved
+    model. The Trainer itself gives a peft model peft's wrap policy and, for 4-bit weights stored in a float dtype
+    (engine/training/run.py), the matching mixed precision. Data parallel (ddp) needs nothing: it is what the Trainer
+    does under `accelerate launch`."""
+    if cfg.distributed != "fsdp":
+        return {}
+    return {"fsdp": True, "fsdp_config": {
+        "version": 2, "reshard_after_forward": True, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "state_dict_type": "FULL_STATE_DICT",
+        "cpu_ram_efficient_loading": False}}
 
 
 def _tensorboard_callback(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, tokenizer: Any, eval_ds: list, events: EventLog) -> TensorBoardLogCallback:

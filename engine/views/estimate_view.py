@@ -85,14 +85,34 @@ def _count(n: int, lang: str) -> str:
     return f"{_n(n / 1e9, lang)} B" if n >= 1e9 else f"{fmt_number(round(n / 1e6, 1), lang, 1)} M"
 
 
-def totals_md(q: MemoryQuery, est: memory.MemoryEstimate, lang: str = "en") -> str:
-    """The two totals, which is which, the model and its size, and the band."""
+def totals_md(q: MemoryQuery, est: memory.MemoryEstimate, lang: str = "en", chosen: str | None = None) -> str:
+    """The two totals, which is which, the model and its size, and the band; per GPU under ddp/fsdp; with paged
+    optimizer state, what must stay on the GPU, what can page out and what paging costs on the `chosen` card."""
     md = (t("estimator.totals.head", lang, allocated=_n(est.allocated_gib, lang), total=_n(est.total_gib, lang))
           + "\n\n" + t("estimator.totals.model", lang, model=_shown_model(q, est), params=_count(est.params, lang), trainable=_count(est.trainable_params, lang),
                        effective=fmt_number(q.batch * q.grad_accum, lang), phase=t(f"estimator.phase.{est.phase.replace(' ', '_')}", lang))
           + "\n\n" + band_line(est, lang) + "\n\n" + t("estimator.totals.which", lang))
+    if q.distributed != "none" and q.gpus > 1 and q.task != "inference":
+        md += "\n\n" + t("estimator.per_gpu", lang, mode=q.distributed, gpus=q.gpus,
+                          what=t(f"estimator.per_gpu_what.{q.distributed}", lang, gpus=q.gpus))
+    if est.pageable_gib > 0:
+        md += "\n\n" + residency_md(est, lang, chosen)
     if est.notes:
         md += "\n\n" + "\n".join(f"- {render(n, lang)}" for n in est.notes)
+    return md
+
+
+def residency_md(est: memory.MemoryEstimate, lang: str = "en", chosen: str | None = None) -> str:
+    """What must stay on the GPU and what can page out (paged optimizer state), and on the `chosen` card how much will
+    live in CPU RAM and what that costs per optimizer step."""
+    md = t("estimator.residency.line", lang, resident=_n(est.resident_gib, lang), pageable=_n(est.pageable_gib, lang))
+    if chosen and chosen in est.paged_out_gib:
+        name = tier_name(tier_by_name(chosen), lang)
+        out = est.paged_out_gib[chosen]
+        if out > 0:
+            md += " " + t("estimator.residency.out", lang, card=name, out=_n(out, lang), seconds=_n(memory.paging_seconds(out), lang, 1))
+        else:
+            md += " " + t("estimator.residency.stays", lang, card=name)
     return md
 
 
@@ -118,6 +138,8 @@ def _breakdown(est: memory.MemoryEstimate, lang: str) -> tuple[str, pd.DataFrame
     segments = [(term_name(term, lang), est.breakdown_gib[term], i) for i, term in enumerate(memory.TERMS) if est.breakdown_gib.get(term, 0) > 0]
     rows = [[r[0], _gib(r[1], lang), r[2]] for r in rows]
     rows += [[f"↳ {render(name, lang)}", _gib(gib, lang), t("estimator.breakdown.inside", lang)] for name, gib in memory.detail_rows(est)]
+    if est.pageable_gib > 0:  # the total split by where it can live: the verdict uses the resident part
+        rows += [[f"= {render(name, lang)}", _gib(gib, lang), ""] for name, gib in memory.residency_rows(est)]
     cols = [t(f"estimator.breakdown.{c}", lang) for c in ("term", "gib", "what")]
     return breakdown_html(segments, est.total_gib, lang), pd.DataFrame(rows, columns=cols)
 
@@ -132,9 +154,11 @@ def _cards(q: MemoryQuery, est: memory.MemoryEstimate, chosen: str, lang: str) -
         verdict = est.tiers.get(tier.name, "")
         words = verdict_text(verdict, lang)
         name = tier_name(tier, lang)
-        bars.append(CardBar(name, tier.label, need + paged, ctx + (need - ctx) * low + paged, ctx + (need - ctx) * high + paged,
+        # what must stay resident (the verdict's basis); paged optimizer state is named beside it, never added
+        bars.append(CardBar(name, tier.label, need, ctx + (need - ctx) * low, ctx + (need - ctx) * high,
                             tier.usable_gib, verdict, words, tier.name == chosen))
-        rows.append([name, _n(need + paged, lang), _n(tier.usable_gib, lang), f"{VERDICT_ICONS.get(verdict, '')} {words}".strip()])
+        shown = _n(need, lang) + (f" + {_n(paged, lang)} ⇄" if paged > 0 else "")
+        rows.append([name, shown, _n(tier.usable_gib, lang), f"{VERDICT_ICONS.get(verdict, '')} {words}".strip()])
     cols = [t(f"estimator.cards.{c}", lang) for c in ("card", "need", "usable", "verdict")]
     return card_bars_html(bars, lang), pd.DataFrame(rows, columns=cols)
 
@@ -157,12 +181,12 @@ def limits_and_fit(q: MemoryQuery, tier: str, lang: str = "en") -> tuple[str, pd
         if sugg:
             rows = [[s.rank, render(s.description, lang), _n(s.new_total_gib, lang), render(s.cost, lang)] for s in sugg]
             return lim + "\n\n" + t("estimator.fit.some", lang, card=name), pd.DataFrame(rows, columns=cols)
-        need, paged = memory.need_gib(q, card)
-        spare = card.usable_gib - need - paged
+        need, _paged = memory.need_gib(q, card)  # the resident part decides; paged state pages out (residency_md)
+        spare = card.usable_gib - need
         if memory.tier_verdict(q, card) == "fits":
             room = t("estimator.fit.already", lang, card=name, spare=_n(max(spare, 0.0), lang))
         else:
-            room = t("estimator.fit.tight", lang, card=name, need=_n(need + paged, lang), usable=_n(card.usable_gib, lang))
+            room = t("estimator.fit.tight", lang, card=name, need=_n(need, lang), usable=_n(card.usable_gib, lang))
         return lim + "\n\n" + room, pd.DataFrame([], columns=cols)
     except EngineError as exc:
         return f"⚠ {exc.render(lang)}", pd.DataFrame([], columns=cols)
@@ -175,7 +199,7 @@ def estimate_outputs(q: MemoryQuery, tier: str, lang: str = "en") -> Panel:
     chart, breakdown = _breakdown(est, lang)
     bars, tiers = _cards(q, est, tier, lang)
     limits, fit = limits_and_fit(q, tier, lang)
-    return Panel(totals_md(q, est, lang), chart, breakdown, tiers, limits, fit, bars)
+    return Panel(totals_md(q, est, lang, tier), chart, breakdown, tiers, limits, fit, bars)
 
 
 def estimate_or_warning(query: Callable[[], MemoryQuery], tier: str, runs_dir: Path | None = None, shared: bool = False,

@@ -25,7 +25,7 @@ from .uploads import keep_upload
 FT_MAIN = ["method", "base_model", "teacher_model", "dataset"]
 FT_TRAIN = ["max_steps", "epochs", "learning_rate", "lr_scheduler", "warmup_ratio", "micro_batch_size", "grad_accum", "max_seq_len",
             "precision", "grad_checkpointing", "optimizer", "weight_decay", "max_grad_norm", "seed", "eval_fraction", "train_on_prompt",
-            "stop_at_loss", "early_stopping_patience", "packing", "distill_temperature", "distill_alpha",
+            "stop_at_loss", "early_stopping_patience", "packing", "distill_temperature", "distill_alpha", "distributed", "gpus",
             # DPO, ORPO, GRPO (issue 27): shown for the methods that use them (OBJECTIVE_ONLY)
             "tuning", "beta", "reward", "num_generations", "max_completion_length", "sampling_temperature"]
 FT_TOP = ["base_model", "method", "teacher_model", "dataset", "max_steps", "epochs", "tuning"]
@@ -138,7 +138,8 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str 
             return head + " " + t("finetune.predict.later_teacher", lang), None
     else:
         est = estimate_train(cfg, dtype_name(dtype), on_cpu=device.kind == "cpu")  # + DPO/ORPO/GRPO's lines
-    need = est.total_gib if device.kind == "cuda" else est.allocated_gib
+    # on a GPU what must stay resident decides (paged optimizer state pages out to CPU RAM: slower, not out of memory)
+    need = est.resident_gib if device.kind == "cuda" else est.allocated_gib
     verdict = fit_verdict(need, device.total_gib)
     word = {"fits": "✅ ", "tight": "⚠ ", "no": "❌ "}[verdict] + t(f"finetune.predict.verdict.{verdict}", lang)
     gib = {"pred": fmt_number(round(est.allocated_gib, 2), lang), "total": fmt_number(round(est.total_gib, 2), lang)}
@@ -161,6 +162,10 @@ def reproduce_command(cfg: TrainConfig, lang: str = "en") -> str:
     in `lang`."""
     from ..hardware.distributed import launch_command
 
+    if cfg.distributed != "none":  # the config asks for several GPUs: the launcher is the command
+        return (f"# {t('finetune.command.save', lang)}\n"
+                f"# {t('finetune.command.gpus', lang, gpus=cfg.gpus, mode=cfg.distributed)}\n"
+                f"#   {launch_command('run.yaml', cfg.gpus)}\n{config_yaml(cfg)}")
     return (f"# {t('finetune.command.save', lang)}\n#   python -m engine train --config run.yaml\n"
             f"# {t('finetune.command.two_gpus', lang)}\n"
             f"#   {launch_command('run.yaml', 2)}\n{config_yaml(cfg)}")

@@ -25,10 +25,16 @@ if TYPE_CHECKING:
 
 
 def scrub_paths(text: str, runs_dir: Path) -> str:
-    """`text` with the server's folders replaced by placeholders (<runs>, <app>, ~): what a visitor may see of a log."""
+    """`text` with the server's folders replaced by placeholders (<runs>, <app>, ~): what a visitor may see of a log. On a
+    shared app an uploaded file is only "(an uploaded file)": its name may say whose data it is (run_history `data_label`)."""
+    import re
     import sys
 
+    from ..sharing import is_shared
+
     out = str(text or "")
+    if is_shared():  # <...>/_uploads/<session>/<hash>-<name>, as engine/views/uploads.py names them
+        out = re.sub(r"[^\s'\"]*_uploads/[0-9a-f]{16}/[^\s'\"]+", t("finetune.history.uploaded"), out)
     places = [(str(Path(runs_dir).resolve()), "<runs>"), (str(Path(runs_dir)), "<runs>"), (str(Path(__file__).resolve().parents[2]), "<app>"),
               (sys.prefix, "<python>"), (str(Path.home()), "~")]
     for real, label in sorted(places, key=lambda p: -len(p[0])):

@@ -6,16 +6,17 @@ session id), and a form may only name files in its own session's folder (engine/
 can never preview or train on another's data. A file is checked (type, size) before it is copied, copied under a
 random name, and removed when its session ends or after a day, unless a run's config names it.
 
-Exports (run zips, batch CSVs, ONNX files) are written under random names to a private temp folder; gradio copies a
-file a handler returns into its own cache and serves it from there, so nothing of the runs directory needs to be
-reachable over HTTP (no `allowed_paths`).
+Exports (run zips, batch CSVs, ONNX files) are written under random names to a private temp folder, itself made
+under a random name by `tempfile.mkdtemp` once per process (a predictable name in a shared /tmp could be made first,
+or linked elsewhere, by another user of the machine); gradio copies a file a handler returns into its own cache and
+serves it from there, so nothing of the runs directory needs to be reachable over HTTP (no `allowed_paths`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
-import os
 import secrets
 import shutil
 import tempfile
@@ -99,13 +100,31 @@ def sweep_uploads(upload_dir: Path, runs_dir: Path, *, session: str | None = Non
     return removed
 
 
+EXPORTS_PREFIX = "compact-lab-exports-"
+
+
+@functools.cache
+def _process_exports_dir() -> Path:
+    # made once per process (cached, not a mutated global): mkdtemp picks an unpredictable name, creates it with mode 0700
+    # and fails rather than reuse something already there
+    return Path(tempfile.mkdtemp(prefix=EXPORTS_PREFIX))
+
+
+def _same_owner(path: Path, root: Path) -> bool:
+    try:
+        return path.stat().st_uid == root.stat().st_uid
+    except OSError:
+        return False
+
+
 def exports_root() -> Path:
-    """The private folder exports are written to before gradio copies them into its cache (only this user can read
-    it); files older than a day are removed when a new export is made."""
-    root = Path(tempfile.gettempdir()) / f"compact-lab-exports-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
-    root.mkdir(mode=0o700, exist_ok=True)
+    """The private folder exports are written to before gradio copies them into its cache (made by `mkdtemp` under an
+    unpredictable name, only this user can read it); files older than a day are removed when a new export is made, and
+    so are the folders of earlier processes once they are a day old."""
+    root = _process_exports_dir()
+    root.mkdir(mode=0o700, exist_ok=True)  # back if something emptied the temp folder meanwhile
     now = time.time()
-    for old in root.iterdir():
+    for old in [*root.iterdir(), *(p for p in root.parent.glob(EXPORTS_PREFIX + "*") if p != root and _same_owner(p, root))]:
         try:
             if now - old.stat().st_mtime > DAY_S:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()

@@ -62,20 +62,22 @@ def test_mcp_lists_tools_and_estimates(runs_dir):
     assert not runs.isError
 
 
-def test_mcp_on_a_shared_app_offers_no_run_control(runs_dir):
+def test_mcp_on_a_shared_app_offers_run_control_with_an_owner_key(runs_dir):
+    """An MCP caller has no browser key: on a shared app each run it starts gets its own owner key (tests/app/test_hostile_mcp.py)."""
     pytest.importorskip("mcp")
 
-    async def names(url: str) -> set[str]:
+    async def listed(url: str) -> dict:
         from mcp import ClientSession
         from mcp.client.streamable_http import streamablehttp_client
 
         async with streamablehttp_client(url) as (read, write, _), ClientSession(read, write) as session:
             await session.initialize()
-            return {t.name for t in (await session.list_tools()).tools}
+            return {t.name: t for t in (await session.list_tools()).tools}
 
     with running_app(runs_dir, mcp=True, owner_only=True) as demo:
-        found = asyncio.run(names(demo.local_url.rstrip("/") + "/gradio_api/mcp/"))
-    assert found == {"estimate_memory", "list_models", "list_runs", "training_status", "generate"}
+        found = asyncio.run(listed(demo.local_url.rstrip("/") + "/gradio_api/mcp/"))
+    assert set(found) == {"estimate_memory", "list_models", "list_runs", "training_status", "generate", "start_training", "stop_training"}
+    assert "owner_key" in found["stop_training"].inputSchema["properties"]
 
 
 def test_onnx_tab_is_disabled_with_the_install_command_when_packages_are_missing(runs_dir, monkeypatch):

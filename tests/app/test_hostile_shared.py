@@ -168,6 +168,48 @@ def test_server_paths_are_refused(s, api, args, expect):
     check(s, s.bob, api, args(s), expect, ok=True if api == "/estimate" else False)
 
 
+PRIVATE_CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+                  "num_hidden_layers": 2, "vocab_size": 256, "_name_or_path": "owner/PRIVATE-model-on-drive"}
+
+
+def _private_config(ns) -> Path:
+    """The owner's private model config on a mounted Drive (issue 25: the page's Copy to Fine-tune read it)."""
+    import json
+
+    path = ns.root / "drive" / "private-model" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(PRIVATE_CONFIG))
+    return path
+
+
+@pytest.mark.parametrize("api", ["/copy_to_finetune", "/estimate", "/predict_memory"])
+def test_a_server_config_gets_the_same_answer_through_every_estimator_door_whether_it_exists(s, api):
+    there = str(_private_config(s))
+    absent = str(s.root / "drive" / "no-such-model" / "config.json")
+    answers = []
+    for path in (there, absent):
+        args = {"/copy_to_finetune": [1, path, "t4-16gb", *est()], "/estimate": [path, "t4-16gb", *est()],
+                "/predict_memory": form(base_model=path)}[api]
+        out = check(s, s.bob, api, args, "", ok=None, secret="PRIVATE")
+        answers.append(str(out).replace(path, "<path>"))
+    assert answers[0] == answers[1], answers
+    assert "owner/PRIVATE" not in answers[0]
+
+
+def test_a_session_cannot_estimate_with_another_sessions_uploaded_config(s):
+    import json
+
+    mine = s.tmp / "alice-config.json"
+    mine.write_text(json.dumps({**PRIVATE_CONFIG, "_name_or_path": "alice/SECRET-config"}))
+    path = s.alice.predict(handle_file(str(mine)), api_name="/on_config_upload")
+    path = path["value"] if isinstance(path, dict) else path
+    assert "_uploads" in path
+    ok, out = call(s.alice, "/estimate", path, "t4-16gb", *est())
+    assert ok and "SECRET" in str(out)  # her own upload: estimated
+    check(s, s.bob, "/estimate", [path, "t4-16gb", *est()], "uploaded through the form", ok=True, secret="SECRET")
+    check(s, s.bob, "/copy_to_finetune", [1, path, "t4-16gb", *est()], "uploaded through the form", secret="SECRET")
+
+
 # ---- 2. one session may not act on another's runs ---------------------------------------------------------------
 
 BOB_ON_ALICE = [

@@ -38,7 +38,7 @@ def _free_port() -> int:
 
 
 def _launch(runs_dir: Path, tmp_path: Path, cfg: TrainConfig, run_dir: Path, on_start=None, timeout: int = 420,
-            extra: tuple[str, ...] = (), resume: bool = False) -> subprocess.CompletedProcess:
+            extra: tuple[str, ...] = (), resume: bool = False, cuda: bool = False) -> subprocess.CompletedProcess:
     if resume:  # a resumed run always reads its own config.yaml (engine/cli.py refuses any other)
         config, extra = run_dir / "config.yaml", ("--resume", *extra)
     else:
@@ -52,6 +52,9 @@ def _launch(runs_dir: Path, tmp_path: Path, cfg: TrainConfig, run_dir: Path, on_
     env = {**os.environ, "COMPACT_LAB_RUNS": str(runs_dir), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1",
            "HF_HOME": str(tmp_path / "hf_home"),  # never read a developer's ~/.cache/huggingface/accelerate config
            "PYTHONPATH": str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
+    if cuda:  # the GPU tests (tests/hardware/test_fsdp.py) keep the machine's GPUs
+        env.pop("CUDA_VISIBLE_DEVICES")
+        env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0,1")
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     with open(tmp_path / "launch.log", "wb") as log:
