@@ -50,7 +50,6 @@ __all__ = [
     "MemoryEstimate", "Suggestion", "estimate", "hardware_tiers", "catalog", "model_choices", "max_batch", "max_seq_len",
     "make_it_fit", "breakdown_rows", "detail_rows", "residency_rows", "arch_from_manual", "query_from_json", "tier_verdict", "query_band",
     "paged_out_gib", "paging_seconds", "TERMS", "CAL",
-    "OBJECTIVE_TERMS",
 ]
 
 GIB = 2**30
@@ -86,8 +85,6 @@ TERMS = (
     "weights", "quantization constants", "trainable weights", "gradients", "optimizer state", "activations",
     "logits/loss", "KV cache", "temporary buffers", "fragmentation", "CUDA context",
 )
-# What DPO, ORPO and GRPO add (engine/estimator/objectives.py): rows of the breakdown only when a job has them.
-OBJECTIVE_TERMS = ("reference model", "generations")
 
 
 @dataclass
@@ -566,10 +563,8 @@ def _fits(query: MemoryQuery, tier: HardwareTier) -> bool:
 
 
 def breakdown_rows(est: MemoryEstimate, lang: str = "en") -> list[list[Any]]:
-    """Rows for a table: [term, GiB (3 decimals), what it is], every term in TERMS order (zeros included), then the
-    OBJECTIVE_TERMS a DPO/ORPO/GRPO estimate has, in `lang`."""
-    return [[term_name(term, lang), round(est.breakdown_gib.get(term, 0.0), 3), term_what(term, lang)]
-            for term in TERMS + tuple(t for t in OBJECTIVE_TERMS if est.breakdown_gib.get(t))]
+    """Rows for a table: [term, GiB (3 decimals), what it is], every term in TERMS order (zeros included), in `lang`."""
+    return [[term_name(term, lang), round(est.breakdown_gib.get(term, 0.0), 3), term_what(term, lang)] for term in TERMS]
 
 
 def detail_rows(est: MemoryEstimate) -> list[list[Any]]:

@@ -12,20 +12,37 @@ change three things, each counted here from the same arithmetic:
   batch): their KV cache and logits, over prompt + answer tokens, while only the static memory (weights, adapters,
   optimizer state) is alive; then it trains on those sequences (prompt + answer long). The peak is the larger phase.
 
-`estimate_objective` returns the MemoryEstimate with the lines "reference model" and "generations" (memory.OBJECTIVE_TERMS)
-and its totals adjusted; the hardware-tier verdicts are the supervised step's.
+`estimate_objective` returns the MemoryEstimate with the lines "reference model" and "generations" (OBJECTIVE_TERMS) and
+its totals adjusted; the hardware-tier verdicts are the supervised step's. `breakdown_rows` is memory.breakdown_rows with
+those lines after the others, and `objective_line` the short text the fine-tune form's prediction adds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from ..config import MemoryQuery
+from ..i18n import fmt_number
+from . import memory
 from .memory import GIB, MemoryEstimate, estimate
 from .model_config import resolve
-from .texts import Msg
+from .texts import Msg, term_name, term_what
 
 STATIC = ("weights", "quantization constants", "trainable weights", "optimizer state")
+OBJECTIVE_TERMS = ("reference model", "generations")  # lines of the breakdown only a DPO/ORPO/GRPO estimate has
+
+
+def breakdown_rows(est: MemoryEstimate, lang: str = "en") -> list[list[Any]]:
+    """memory.breakdown_rows (every term, zeros included), then the OBJECTIVE_TERMS the estimate has, in `lang`."""
+    extra = [[term_name(t, lang), round(est.breakdown_gib[t], 3), term_what(t, lang)] for t in OBJECTIVE_TERMS if est.breakdown_gib.get(t)]
+    return memory.breakdown_rows(est, lang) + extra
+
+
+def objective_line(est: MemoryEstimate, lang: str = "en") -> str:
+    """'reference model 0.01 GiB · generated answers 0.02 GiB': what the method adds, for the form's prediction ("" if nothing)."""
+    return " · ".join(f"{term_name(t, lang)} {fmt_number(round(est.breakdown_gib[t], 3), lang, 3)} GiB" for t in OBJECTIVE_TERMS
+                      if est.breakdown_gib.get(t))
 
 
 def estimate_objective(q: MemoryQuery, method: str, *, num_generations: int = 8, completion_len: int = 16) -> MemoryEstimate:

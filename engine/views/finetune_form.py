@@ -146,6 +146,10 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str 
     gib = {"pred": fmt_number(round(est.allocated_gib, 2), lang), "total": fmt_number(round(est.total_gib, 2), lang)}
     line = t("finetune.predict.gpu" if device.kind == "cuda" else "finetune.predict.cpu", lang, **gib)
     where = t("finetune.predict.device", lang, device=device.name, kind=device.kind, gib=fmt_number(round(device.total_gib, 1), lang, 1), word=word)
+    if cfg.method in OBJECTIVE_METHODS:  # DPO's reference model, GRPO's generated answers (engine/estimator/objectives.py)
+        from ..estimator.objectives import objective_line
+
+        line += (" · " + objective_line(est, lang)) if objective_line(est, lang) else ""
     return f"{head}\n\n{line} · {where}" + ("" if verdict == "fits" else " — " + t("finetune.predict.make_it_fit", lang)), verdict
 
 

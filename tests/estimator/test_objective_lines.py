@@ -11,8 +11,8 @@ import torch
 
 from engine.config import MemoryQuery, TrainConfig
 from engine.estimator.handoff import estimate_train, query_from_train
-from engine.estimator.memory import GIB, breakdown_rows, estimate
-from engine.estimator.objectives import estimate_objective
+from engine.estimator.memory import GIB, estimate
+from engine.estimator.objectives import breakdown_rows, estimate_objective, objective_line
 
 TINY = "manual:L=2,h=64,a=4,kv=4,i=128,v=1000,tied=0"
 
@@ -35,6 +35,7 @@ def test_dpo_lines_reference_and_pairs():
     names = [r[0] for r in breakdown_rows(full)]
     assert names[-1] == "reference model" and "reference model" not in [r[0] for r in breakdown_rows(orpo)]
     assert any(r[0] == "modelo de referência" for r in breakdown_rows(full, "pt-BR"))
+    assert objective_line(full).startswith("reference model 0.") and objective_line(orpo) == ""
 
 
 def test_grpo_line_counts_a_generation_batch_of_answers():
@@ -102,3 +103,13 @@ def test_lines_match_what_the_objects_hold_on_this_cpu(tmp_path):
     line = next(v for k, v in est_grpo.details_gib.items() if k.startswith(f"KV cache of {answers} answers")) * GIB
     assert line == pytest.approx(kv, rel=0.1)  # the last token is sampled but never written to the cache: within one token
     assert est_grpo.breakdown_gib["generations"] * GIB >= kv
+
+
+def test_the_forms_prediction_names_what_the_method_adds():
+    from engine.views.finetune_form import memory_prediction
+
+    base = dict(base_model="builtin:compact-mini", micro_batch_size=8, max_seq_len=72)
+    text, _ = memory_prediction(TrainConfig(method="dpo", tuning="full", **base), lang="pt-BR")
+    assert "modelo de referência" in text
+    text, _ = memory_prediction(TrainConfig(method="grpo", tuning="lora", num_generations=8, **base))
+    assert "generated answers" in text and "reference model" not in text
