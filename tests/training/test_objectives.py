@@ -21,7 +21,7 @@ def _progress(run_dir):
     return [e for e in read_events(run_dir) if e["type"] == "progress"]
 
 
-@pytest.mark.parametrize(("method", "tuning"), [("dpo", "lora"), ("dpo", "full"), ("orpo", "lora"), ("grpo", "lora")])
+@pytest.mark.parametrize(("method", "tuning"), [("dpo", "lora"), ("dpo", "full"), ("dpo", "qlora"), ("orpo", "lora"), ("grpo", "lora"), ("grpo", "qlora")])
 def test_objective_runs_train_save_and_report_their_metrics(method, tuning, runs_dir, tmp_path):
     from engine.training.tensorboard import read_logdir
     from tests.conftest import write_jsonl
@@ -35,9 +35,9 @@ def test_objective_runs_train_save_and_report_their_metrics(method, tuning, runs
     run_dir = runs_dir / name
     done = run_training(cfg, run_dir, runs_dir=runs_dir)
     assert done["type"] == "done" and done["steps"] == 2
-    out = "adapter" if tuning == "lora" else "model"
+    out = "adapter" if tuning != "full" else "model"
     assert (run_dir / out).is_dir() and (run_dir / "checkpoint-2").is_dir()
-    if tuning == "lora":  # DPO's frozen reference adapter is not part of the result
+    if tuning != "full":  # DPO's frozen reference adapter is not part of the result
         assert not (run_dir / "adapter" / "ref").exists()
         assert json.loads((run_dir / "adapter" / "adapter_config.json").read_text())["r"] == cfg.lora.r
     last = _progress(run_dir)[-1]
