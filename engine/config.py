@@ -16,6 +16,7 @@ from typing import Literal
 from . import i18n
 from .errors import ConfigError
 from .fields import field_texts, opt, settings_markdown, validate
+from .objectives import OBJECTIVE_METHODS, REWARD_METHODS, parse_rewards
 from .refs import BUILTIN_PREFIX, check_hub_config, check_hub_ref, check_split, is_folder_safe_name, is_hub_ref, parse_columns
 from .sharing import check_remote_code
 
@@ -68,7 +69,10 @@ class QuantSettings:
 
 # --- Training --------------------------------------------------------------------------------------
 
-Method = Literal["qlora", "lora", "full", "scratch", "distill"]
+Method = Literal["qlora", "lora", "full", "scratch", "distill", "dpo", "orpo", "grpo"]
+
+# --- Preference and reward tuning (DPO, ORPO, GRPO: issue 27): the method names and the reward list, engine/objectives.py
+Tuning = Literal["lora", "qlora", "full"]
 
 
 @dataclass
@@ -113,6 +117,9 @@ class TrainConfig:
             "full": "Updates every weight: the most memory; the whole model is saved.",
             "scratch": "Trains a compact model (base model builtin:NAME) from random weights with its own tokenizer.",
             "distill": "Knowledge distillation: the base model (the student) learns to imitate a teacher model's output distribution.",
+            "dpo": "Direct Preference Optimization (trl): learns from pairs of a better and a worse answer, against a frozen reference.",
+            "orpo": "ORPO (trl.experimental.orpo): learns the better answer and, in the same loss, to prefer it over the worse one; no reference model.",
+            "grpo": "GRPO (trl): writes several answers to each prompt, scores them with built-in rewards, and learns from the better ones.",
         },
     )
     base_model: str = opt(
@@ -130,6 +137,43 @@ class TrainConfig:
         min=0.1, max=20.0, step=0.1, label="Distillation temperature", details="Both models' logits are divided by T before the softmax; "
         "T > 1 exposes the teacher's 'dark knowledge'. The soft term is multiplied by T^2 to keep its gradients comparable.",
     )
+    # --- Preference and reward tuning (dpo, orpo, grpo) ---
+    tuning: Tuning = opt(
+        "lora", "Only for dpo, orpo and grpo: which weights learn: small LoRA adapters, LoRA on a 4-bit model, or every weight.",
+        label="Trained weights (dpo/orpo/grpo)", details="What the methods lora, qlora and full are for supervised training. With LoRA "
+        "and QLoRA, DPO's reference model is the base with the adapter switched off (no second copy in memory); a full DPO run keeps a "
+        "frozen copy of the starting model.",
+        choices_help={"lora": "LoRA adapters on a 16/32-bit base model.", "qlora": "LoRA adapters on a 4-bit base model (bitsandbytes).",
+                      "full": "Every weight; DPO keeps a frozen copy of the starting model as its reference."},
+    )
+    beta: float = opt(
+        0.1, "Only for dpo and orpo: how strongly the preference counts; 0.1 is the usual start.", min=0.001, max=10.0, step=0.01,
+        label="Beta (dpo, orpo)", details="DPO: the inverse temperature of the implicit reward (higher keeps the model closer to the "
+        "reference). ORPO: the weight lambda of the odds-ratio term added to the chosen answer's cross-entropy.",
+    )
+    reward: str = opt(
+        "dates", "Only for grpo: the built-in rewards that score each answer, with optional weights, e.g. dates or dates, format:0.5.",
+        label="Rewards (grpo)", details="Comma-separated name[:weight] of built-in rewards (never your own code): dates (1 when the first "
+        "line is exactly the expected ISO date, from the date task's scorer), date_parts (a third for each of year, month and day in "
+        "the right place: partial credit, much less sparse), format (1 for a well-formed YYYY-MM-DD first line), length (0 down to -1 as "
+        "the answer grows past a short first line). The weighted sum is the reward.",
+    )
+    num_generations: int = opt(
+        8, "Only for grpo: how many answers the model writes to each prompt to compare them; more gives a steadier signal.", min=2,
+        max=64, step=1, label="Answers per prompt (grpo)", details="The group size G: advantages are each answer's reward minus its "
+        "group's mean. Micro batch x gradient accumulation must be a multiple of it (that many answers per step).",
+    )
+    max_completion_length: int = opt(
+        16, "Only for grpo: the longest answer the model writes while training, in tokens.", min=1, max=8192, step=1,
+        label="Max answer length (grpo)", details="Generation stops at the end token or here; the KV cache and logits of every answer "
+        "grow with it (the memory estimate counts them).",
+    )
+    sampling_temperature: float = opt(
+        1.0, "Only for grpo: how varied the model's answers are while it explores; higher tries more different answers.", min=0.05,
+        max=3.0, step=0.05, label="Sampling temperature (grpo)", details="Temperature of the sampling that writes the answers; a group "
+        "of identical answers has no advantage to learn from.",
+    )
+    # --- end preference and reward tuning ---
     distill_alpha: float = opt(
         0.5, "Only for distill: how much to copy the teacher, from 0 for only the data's answers to 1 for only the teacher.", min=0.0,
         max=1.0, step=0.05, label="Distillation alpha", details="loss = alpha * T^2 * KL(teacher || student) + (1 - alpha) * cross-entropy.",
@@ -261,11 +305,12 @@ class TrainConfig:
             raise ConfigError.of("difficulty_column", self.difficulty_column, "difficulty_column", "TrainConfig")
         if self.quant.mode == "int8-dynamic":
             raise ConfigError.of("quant.mode", self.quant.mode, "quant_training", "TrainConfig")
-        if self.method == "qlora" and self.quant.mode != "4bit":
+        self._check_objective()
+        if self.weights == "qlora" and self.quant.mode != "4bit":
             self.quant = dataclasses.replace(self.quant, mode="4bit")  # QLoRA is LoRA on a 4-bit base, by definition
-        if self.method in ("full", "scratch", "distill") and self.quant.mode != "none":
+        if self.weights == "full" and self.quant.mode != "none":
             raise ConfigError.of("quant.mode", self.quant.mode, "quant_trainable", "TrainConfig")
-        if self.method == "lora" and self.quant.mode == "4bit":
+        if self.weights == "lora" and self.quant.mode == "4bit":
             raise ConfigError.of("quant.mode", self.quant.mode, "quant_lora", "TrainConfig")
         if self.method == "scratch" and not self.base_model.startswith(BUILTIN_PREFIX):
             raise ConfigError.of("base_model", self.base_model, "scratch_base", "TrainConfig")
@@ -276,6 +321,23 @@ class TrainConfig:
         if name and not is_folder_safe_name(name):
             raise ConfigError.of("run_name", self.run_name, "folder_name", "TrainConfig")
         self.run_name = name
+
+    @property
+    def weights(self) -> str:
+        """Which weights the run trains: "qlora", "lora" or "full" (scratch and distill train every weight; dpo, orpo
+        and grpo take it from `tuning`). Everything about loading, adapters and saving follows this, not `method`."""
+        if self.method in OBJECTIVE_METHODS:
+            return self.tuning
+        return "full" if self.method in ("scratch", "distill") else self.method
+
+    def _check_objective(self) -> None:
+        """The fields of dpo, orpo and grpo: a known reward list, and whole groups of answers per optimizer step."""
+        self.reward = ", ".join(f"{n}:{w:g}" if w != 1 else n for n, w in parse_rewards(self.reward))
+        if self.method in REWARD_METHODS and (self.micro_batch_size * self.grad_accum) % self.num_generations:
+            raise ConfigError.of("num_generations", self.num_generations, "generations_batch", "TrainConfig",
+                                 batch=self.micro_batch_size * self.grad_accum)
+        if self.method in REWARD_METHODS and self.early_stopping_patience > 0:  # GRPO has no eval loss to watch
+            raise ConfigError.of("early_stopping_patience", self.early_stopping_patience, "patience_grpo", "TrainConfig")
 
     def _check_data_sources(self) -> None:
         self.dataset, self.eval_dataset = self.dataset.strip(), self.eval_dataset.strip()

@@ -160,6 +160,9 @@ COLUMN_TARGETS: dict[str, str] = {
     "completion": "prompt_completion",
     "messages": "chat",
     "conversations": "chat",
+    # preference pairs (DPO, ORPO): 'prompt' joins them too, see `mapping_format`
+    "chosen": "preference",
+    "rejected": "preference",
 }
 
 
@@ -222,10 +225,20 @@ def parse_columns(spec: str | dict[str, str] | None, field: str = "columns") -> 
         if target in mapping:
             raise ConfigError(field, spec, allowed_key="error.allowed.mapping_twice", target=target)
         mapping[target] = source
-    formats = sorted({COLUMN_TARGETS[t] for t in mapping})
+    formats = sorted({COLUMN_TARGETS[t] for t in mapping} - ({"prompt_completion"} if _is_pair_mapping(mapping) else set()))
     if len(formats) > 1:
         raise ConfigError(field, spec, allowed_key="error.allowed.mapping_mixed", formats=" + ".join(formats))
     return mapping
+
+
+def _is_pair_mapping(mapping: dict[str, str]) -> bool:
+    # 'prompt' is shared: with 'chosen'/'rejected' (and no 'completion') it names a preference pair's prompt
+    return bool({"chosen", "rejected"} & set(mapping)) and "completion" not in mapping
+
+
+def mapping_format(mapping: dict[str, str]) -> str:
+    """The data format a (checked) column mapping makes: the format of its targets (engine/data/formats.py)."""
+    return "preference" if _is_pair_mapping(mapping) else COLUMN_TARGETS[next(iter(mapping))]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -43,9 +43,21 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     form = {n: comps[n] for n in finetune_form.FT_MAIN + finetune_form.FT_TRAIN + finetune_form.FT_LORA + finetune_form.FT_RUN + finetune_form.FT_DATA}
     inputs = [f.upload, *form.values(), more.eval_upload]  # the API's order (form_handlers): upload, the fields, the eval upload
     run_pick = act.run_pick
-    distill_only = [form[n] for n in finetune_form.DISTILL_ONLY]
-    for comp in distill_only:  # shown for method 'distill' only (read when the page is built; toggled below)
-        comp.visible = finetune_form.FT_DEFAULTS.get("method") == "distill"
+    # the fields of one method only (distill's teacher, dpo/orpo/grpo's weights, beta, rewards, answers): shown for that method
+    shown = finetune_form.visible_fields(finetune_form.FT_DEFAULTS.get("method", ""))
+    method_only = [form[n] for n in shown]
+    for n, comp in zip(shown, method_only, strict=True):  # read when the page is built; toggled below
+        comp.visible = shown[n]
+    # picking dpo/orpo/grpo fills in the settings measured for it (engine/views/finetune_form.py METHOD_DEFAULTS)
+    measured = sorted({n for values in finetune_form.METHOD_DEFAULTS.values() for n in values})
+
+    def on_method_shown(method):  # also when a preset or the estimator's handoff sets the method
+        visible = finetune_form.visible_fields(method)
+        return [gr.update(visible=visible[n]) for n in shown]
+
+    def on_method_picked(method):  # a person picked it: the measured settings of dpo/orpo/grpo
+        values = finetune_form.method_values(method)
+        return [gr.update(value=values[n]) if n in values else gr.skip() for n in measured]
     # every 2 s, and asleep when nothing moves (on_tick): each tick costs the browser about 0.1-0.2 s of CPU whatever it
     # carries, which a 2-core laptop takes from the training (bench/watch_cost.py)
     timer = gr.Timer(2.0)
@@ -77,7 +89,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
                                                                                            api_visibility="private")
     view.log_scale.input(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     view.smoothing.release(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
-    form["method"].change(lambda m: [gr.update(visible=m == "distill")] * len(distill_only), [form["method"]], distill_only, **QUIET, api_visibility="private")
+    form["method"].change(on_method_shown, [form["method"]], method_only, **QUIET, api_visibility="private")
+    form["method"].input(on_method_picked, [form["method"]], [form[n] for n in measured], **QUIET, api_visibility="private")
     # offline: a Hub base model shows the way to the built-in one (the prediction above says why)
     form["base_model"].change(lambda m: gr.update(visible=offline.needs_internet_now(m)), [form["base_model"]], [f.use_builtin], **QUIET,
                               api_visibility="private")

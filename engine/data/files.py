@@ -24,11 +24,14 @@ BUILTIN_FILES: dict[str, str] = {
     "builtin:instructions": "instructions.jsonl",
     "builtin:dates": "dates.jsonl",
     "builtin:corpus": "corpus.txt",
+    "builtin:preferences": "preferences.jsonl",
 }
 BUILTIN_DATASETS: dict[str, str] = {
     "builtin:instructions": "194 short instruction/answer pairs in Portuguese and English (LLMs, GPUs, daily life).",
     "builtin:dates": "600 date conversions DD/MM/YYYY -> YYYY-MM-DD: the scored task (100 held-out test items).",
     "builtin:corpus": "~75 KB of plain paragraphs in Portuguese and English, for pretraining a compact model.",
+    "builtin:preferences": "494 preference pairs (prompt, chosen, rejected) in Portuguese and English for DPO and ORPO: date answers "
+    "with day and month swapped or the wrong format, instruction answers cut off or answering another question.",
 }
 
 EXTENSIONS: dict[str, str] = {

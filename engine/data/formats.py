@@ -8,6 +8,9 @@ Formats (detected from the keys/columns of the rows):
 - ``prompt_completion``: ``prompt`` + ``completion`` (strings, or lists of messages as in TRL).
 - ``chat``: ``messages`` (``role``/``content``) or ``conversations`` (ShareGPT ``from``/``value``, with
   human → user, gpt → assistant).
+- ``preference``: ``prompt`` + ``chosen`` + ``rejected`` (DPO, ORPO): texts, or lists of messages as in TRL; or only
+  ``chosen`` + ``rejected`` as whole conversations that share their first turns (the prompt is what they share).
+  Supervised methods train on the prompt and the chosen answer.
 
 The ``columns`` mapping (``instruction=question, output=answer``, parsed by engine/refs.py `parse_columns`)
 is applied before format detection, so that any table can be used without editing it. Rows come from files
@@ -24,13 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import DataError, Phrase, dropped_reasons
-from ..refs import COLUMN_TARGETS
+from ..refs import mapping_format
 from .files import BadRow, display_name, read_rows
 
-Format = Literal["text", "instruction", "prompt_completion", "chat"]
+Format = Literal["text", "instruction", "prompt_completion", "chat", "preference"]
 
 # format -> alternative sets of columns that identify it, in order of preference when a file has several
 FORMAT_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "preference": (("prompt", "chosen", "rejected"), ("chosen", "rejected")),
     "chat": (("messages",), ("conversations",)),
     "instruction": (("instruction", "output"), ("instruction", "response")),
     "prompt_completion": (("prompt", "completion"),),
@@ -270,11 +274,52 @@ def _flatten_content(content: Any) -> str | None:
     return None
 
 
+def norm_preference(row: dict[str, Any]) -> dict[str, Any]:
+    """A preference pair as ``{"prompt": [messages], "chosen": [assistant messages], "rejected": [...]}``.
+
+    Texts become one user / one assistant message; TRL's conversational pairs keep their messages. Without a
+    ``prompt``, ``chosen`` and ``rejected`` are whole conversations and their shared first messages are the prompt.
+    Raises `BadRow` naming what is wrong (an empty answer, identical answers, no prompt)."""
+    sides: dict[str, list[dict[str, str]]] = {}
+    for key in ("chosen", "rejected"):
+        value = row.get(key)
+        if isinstance(value, str) and value.strip().startswith("[") and "prompt" not in row:  # a CSV cell holding JSON
+            try:
+                value = json.loads(value)
+            except (json.JSONDecodeError, RecursionError):
+                pass
+        if isinstance(value, list):
+            sides[key] = _norm_messages(value, need_assistant=False, trim=False)
+        else:
+            sides[key] = [{"role": "assistant", "content": _as_text(row, key, required=True)}]
+    if "prompt" in row:
+        prompt_value = row.get("prompt")
+        if isinstance(prompt_value, list):
+            prompt = _norm_messages(prompt_value, need_assistant=False, trim=False)
+        else:
+            prompt = [{"role": "user", "content": _as_text(row, "prompt", required=True)}]
+    else:  # implicit prompt: the turns both conversations share
+        shared = 0
+        while shared < min(len(sides["chosen"]), len(sides["rejected"])) and sides["chosen"][shared] == sides["rejected"][shared]:
+            shared += 1
+        prompt = sides["chosen"][:shared]
+        sides = {k: v[shared:] for k, v in sides.items()}
+    if not any(m["role"] == "user" for m in prompt):
+        raise BadRow("no prompt: a 'prompt' column, or 'chosen' and 'rejected' conversations that start with the same user turn")
+    for key, messages in sides.items():
+        if not messages or not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
+            raise BadRow(f"empty '{key}' answer")
+    if sides["chosen"] == sides["rejected"]:
+        raise BadRow("'chosen' and 'rejected' are the same answer: nothing to prefer")
+    return {"prompt": prompt, **sides}
+
+
 _NORMALIZERS = {
     "text": _norm_text,
     "instruction": _norm_instruction,
     "prompt_completion": _norm_prompt_completion,
     "chat": _norm_chat,
+    "preference": norm_preference,
 }
 
 
@@ -299,6 +344,8 @@ def to_messages(record: dict[str, Any], fmt: Format) -> list[dict[str, str]]:
         return head + tail
     if fmt == "chat":
         return [dict(m) for m in record["messages"]]
+    if fmt == "preference":  # supervised training on a pair learns the chosen answer
+        return [dict(m) for m in record["prompt"] + record["chosen"]]
     raise ValueError(f"to_messages needs a chat-like format, not {fmt!r}")
 
 
@@ -337,7 +384,7 @@ def apply_columns(
             if source in row:
                 new[target] = row[source]
         out.append((number, new))
-    fmt = COLUMN_TARGETS[next(iter(mapping))]
+    fmt = mapping_format(mapping)
     sample = [row for _, row in out[:500]]
     if not any(all(k in row for k in keys) for row in sample for keys in FORMAT_KEYS[fmt]):
         need = " or ".join(" + ".join(keys) for keys in FORMAT_KEYS[fmt])
@@ -359,7 +406,7 @@ def ambiguity_note(rows: list[dict[str, Any]], chosen: str) -> Phrase | None:
         return None
     other = next(f for f in fits if f != chosen)
     example = {"text": "text=text", "instruction": "instruction=instruction, output=output", "prompt_completion": "prompt=prompt, completion=completion",
-               "chat": "messages=messages"}[other]
+               "chat": "messages=messages", "preference": "prompt=prompt, chosen=chosen, rejected=rejected"}[other]
     return Phrase("text.note.ambiguous", formats=", ".join(fits), chosen=chosen, example=example)
 
 

@@ -259,7 +259,8 @@ def _encode_chat(
     return ids, labels
 
 
-def _histogram(lengths: Sequence[int], max_seq_len: int) -> dict[str, int]:
+def length_histogram(lengths: Sequence[int], max_seq_len: int) -> dict[str, int]:
+    """Row counts per token-length bin (1-16, 17-32, ... doubling up to max_seq_len or the longest row)."""
     edges = [16]
     while edges[-1] < max(max_seq_len, max(lengths, default=1)):
         edges.append(edges[-1] * 2)
@@ -283,7 +284,7 @@ def _report(
         n_trainable_tokens=sum(sum(1 for x in e["labels"][1:] if x != IGNORE_INDEX) for e in examples),
         max_len=max(lengths, default=0),
         mean_len=sum(lengths) / len(lengths) if lengths else 0.0,
-        length_histogram=_histogram(lengths, max_seq_len),
+        length_histogram=length_histogram(lengths, max_seq_len),
         truncated=truncated,
     )
 

@@ -57,17 +57,31 @@ def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
 _SHORT = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj", "down": "down_proj", "lm_head": "lm_head"}
 
 
+def estimate_train(cfg: TrainConfig, dtype: str, model: str | None = None, *, on_cpu: bool = False) -> Any:
+    """The MemoryEstimate of a training config (query_from_train's query), with what DPO, ORPO and GRPO add
+    (engine/estimator/objectives.py: the reference model, the pairs, the generated answers)."""
+    from ..objectives import OBJECTIVE_METHODS
+    from .memory import estimate
+
+    query = query_from_train(cfg, dtype, model, on_cpu=on_cpu)
+    if cfg.method not in OBJECTIVE_METHODS:
+        return estimate(query)
+    from .objectives import estimate_objective
+
+    return estimate_objective(query, cfg.method, num_generations=cfg.num_generations, completion_len=cfg.max_completion_length)
+
+
 def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None, *, on_cpu: bool = False) -> MemoryQuery:
     """The estimator query for a training config run in `dtype` ("fp32" | "fp16" | "bf16").
 
     model: what the estimator should resolve (a config.json path for runs/local folders); default base_model.
     on_cpu: the run trains on a CPU (bf16 there is autocast over fp32 master weights).
     """
-    if cfg.method == "qlora":
+    if cfg.weights == "qlora":
         wp = cfg.quant.quant_type
-    elif cfg.method == "lora" and cfg.quant.mode == "8bit":
+    elif cfg.weights == "lora" and cfg.quant.mode == "8bit":
         wp = "int8"
-    elif cfg.method in ("full", "scratch", "distill") and (dtype == "fp16" or (dtype == "bf16" and on_cpu)):
+    elif cfg.weights == "full" and (dtype == "fp16" or (dtype == "bf16" and on_cpu)):
         wp = "fp32"  # AMP keeps fp32 master weights: the loader's rule (engine/hardware/device.py master_dtype)
     else:
         wp = dtype
@@ -75,7 +89,8 @@ def query_from_train(cfg: TrainConfig, dtype: str, model: str | None = None, *, 
     return MemoryQuery(
         model=model or cfg.base_model,
         # distill: the student trains in full; the frozen teacher is added by engine.training.distill.estimate_distill
-        task="full" if cfg.method in ("scratch", "distill") else cfg.method,
+        # dpo/orpo/grpo: what their weights are (their reference model and answers: engine.estimator.memory objective_terms)
+        task=cfg.weights,
         weight_precision=wp,
         double_quant=cfg.quant.double_quant,
         training_precision=tp,

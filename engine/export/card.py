@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from huggingface_hub import ModelCardData
 
+from ..objectives import OBJECTIVE_METHODS
 from ..refs import HUB_OWNER_NAME_RE, NAMED_MODEL_REF_RE
 
 HUB_URL = "https://huggingface.co"
@@ -160,7 +161,8 @@ def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = 
     method = str(cfg.get("method") or summary.method or "")
     base_ref = str(cfg.get("base_model") or summary.base_model or "")
     is_adapter = what == "adapter"
-    lora_like = method in ("lora", "qlora")
+    weights = str(cfg.get("tuning") or "lora") if method in OBJECTIVE_METHODS else method  # dpo/orpo/grpo: their tuning
+    lora_like = weights in ("lora", "qlora")
     pushed = run_dir / ("merged" if what == "merged" else "model") if not is_adapter else None
     compact = _is_compact(pushed, base_ref, method)
 
@@ -182,7 +184,7 @@ def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = 
         eval_results=eval_results(summary, events, dataset, cfg) or None,
     )
 
-    lora_name = "QLoRA" if method == "qlora" else "LoRA"
+    lora_name = ("QLoRA" if weights == "qlora" else "LoRA") + (f" ({method.upper()})" if method in OBJECTIVE_METHODS else "")
     data_desc = _describe_data(dataset, cfg.get("hub_config", ""), cfg.get("hub_split", ""))
     base_desc = _describe_base(base_ref)
     lines = ["---", card_data.to_yaml().strip(), "---", "", f"# {name}", ""]
@@ -212,7 +214,7 @@ def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = 
     q = cfg.get("quant") or {}
     lora = cfg.get("lora") or {}
     rows: list[tuple[str, str]] = [("method", method or "—")]
-    if method == "qlora" or q.get("mode") in ("4bit", "8bit"):
+    if weights == "qlora" or q.get("mode") in ("4bit", "8bit"):
         quant = "4-bit " + str(q.get("quant_type", "nf4")) if q.get("mode", "4bit") == "4bit" else "8-bit (LLM.int8)"
         if q.get("mode", "4bit") == "4bit" and q.get("double_quant", True):
             quant += ", double quantization"
@@ -285,7 +287,7 @@ def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = 
         lines += ["", "The CompactLLM architecture is not part of transformers: `import engine.models.compact` needs the `engine` package "
                   "of Compact LLM Lab on the Python path."]
     lines += _other_formats(repo, run_dir.name, gguf_file, is_adapter)
-    if method == "qlora" and is_adapter:
+    if weights == "qlora" and is_adapter:
         lines += ["", "It was trained on a 4-bit (bitsandbytes) base; it loads on a 16-bit base too (best quality), or on a "
                   "4-bit one (`quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\")`) to "
                   "save memory."]

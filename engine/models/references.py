@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..config import QuantSettings
 from ..errors import EngineError, ModelLoadError
+from ..objectives import OBJECTIVE_METHODS
 from ..refs import (
     BUILTIN_PREFIX,
     HUB_MODEL_ID_RE,
@@ -112,7 +113,8 @@ def read_run_base(run_dir: Path) -> tuple[str | None, QuantSettings | None]:
         return None, None
     base = data.get("base_model")
     quant = None
-    if data.get("method") == "qlora":
+    # a QLoRA run: method qlora, or dpo/orpo/grpo with tuning qlora (engine/config.py TrainConfig.weights)
+    if data.get("method") == "qlora" or (data.get("method") in OBJECTIVE_METHODS and data.get("tuning") == "qlora"):
         q = data.get("quant") or {}
         try:
             # The weight format follows the run; the compute dtype follows the device it is loaded on now

@@ -73,7 +73,7 @@ def continue_adapter(model: Any, events: EventLog) -> Any:
 def prepare_for_method(cfg: TrainConfig, model: Any, events: EventLog) -> Any:
     """The model to train for `cfg.method`: k-bit prepared (QLoRA, LoRA on 8-bit), with a LoRA adapter (new or
     continued), or with a previous run's adapter merged in for a full fine-tune."""
-    if cfg.method == "qlora" or (cfg.method == "lora" and cfg.quant.mode == "8bit"):
+    if cfg.weights == "qlora" or (cfg.weights == "lora" and cfg.quant.mode == "8bit"):
         from peft import prepare_model_for_kbit_training
 
         from ..models.bnb_safety import prepare_for_training
@@ -82,7 +82,7 @@ def prepare_for_method(cfg: TrainConfig, model: Any, events: EventLog) -> Any:
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=cfg.grad_checkpointing, gradient_checkpointing_kwargs={"use_reentrant": False}
         )
-    if cfg.method in ("qlora", "lora"):
+    if cfg.weights in ("qlora", "lora"):  # dpo, orpo and grpo too, by their `tuning`
         return continue_adapter(model, events) if is_peft(model) else apply_lora(model, cfg.lora)
     if is_peft(model):  # full fine-tune of a LoRA run: train the merged weights
         events.write("phase", phase=f"merging the adapter of {cfg.base_model} into its base before the full fine-tune")

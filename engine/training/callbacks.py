@@ -22,6 +22,17 @@ from ..runs import EventLog
 
 log = logging.getLogger("engine.training.run")
 
+# What DPO, ORPO and GRPO optimise, as trl logs it -> the `progress` event's field (engine/views/run_charts.py plots
+# them; TensorBoard gets trl's own names): the margin between the chosen and the rejected answers' implicit rewards and
+# how often the chosen one wins; GRPO's mean reward over the sampled answers, its spread and the answers' length.
+OBJECTIVE_METRICS = {
+    "rewards/margins": "reward_margin",
+    "rewards/accuracies": "pref_accuracy",
+    "reward": "reward_mean",
+    "reward_std": "reward_std",
+    "completions/mean_length": "completion_len",
+}
+
 
 class EventsCallback(TrainerCallback):
     """Writes one `progress` event per logging step and one `eval` event per evaluation."""
@@ -99,6 +110,7 @@ class EventsCallback(TrainerCallback):
             **{k: _finite(logs[k]) for k in ("kd_loss", "ce_loss") if k in logs},
             # fp16 mixed precision: the grad scaler's scale and the steps it skipped (inf/NaN gradients)
             **({"loss_scale": self.loss_scale, "skipped_steps": self.skipped_steps} if self.loss_scale is not None else {}),
+            **{ours: _finite(logs[theirs]) for theirs, ours in OBJECTIVE_METRICS.items() if theirs in logs},
         )
 
 

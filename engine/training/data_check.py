@@ -18,6 +18,7 @@ from ..data.formats import load_records, record_texts
 from ..data.preview import DataInspection, inspect_records
 from ..errors import ModelLoadError
 from ..i18n import fmt_number, t
+from ..objectives import OBJECTIVE_METHODS
 
 # The check tokenizes every row it looks at: beyond this many it checks the first ones and says so (a 200,000-row file
 # cost about a minute of server CPU per click; the run itself still reads every row).
@@ -38,6 +39,10 @@ def inspect_dataset(cfg: TrainConfig, runs_dir: Path, n_preview: int = 3, lang: 
     tokenizer, which = _tokenizer_for(cfg, runs_dir, record_texts(records))
     ensure_chat_template(tokenizer)  # the data layer takes a tokenizer ready for chat, as the run's loaders give it
     which_text = t("finetune.check.which_trained", lang) if which is None else t("finetune.check.which_model", lang, model=which)
+    if cfg.method in OBJECTIVE_METHODS:  # pairs or prompts, as engine/data/pairs.py hands them to trl
+        from ..data.pairs import inspect_pairs
+
+        return inspect_pairs(cfg, records, tokenizer, which_text, n_preview, lang)
     return inspect_records(cfg, records, evals, tokenizer, which_text, n_preview, lang)
 
 

@@ -29,6 +29,7 @@ from ..data.packing import packed_row_multiple
 from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
 from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak
+from ..objectives import OBJECTIVE_METHODS, PREFERENCE_METHODS
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
 from .adapters import prepare_for_method
 from .autocast_4bit import autocast_4bit_outputs
@@ -39,6 +40,8 @@ from .preflight import check_before_start
 from .trainer import RunTrainer, build_trainer
 
 log = logging.getLogger("engine.training.run")
+
+DATE_TASK_DATASETS = ("builtin:dates", "builtin:preferences")  # runs on these are scored on the date task before and after
 
 
 # --------------------------------------------------------------------------------------------------
@@ -223,14 +226,14 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
     if cfg.base_model.startswith("builtin:"):
         ensure_builtin(cfg.base_model.split(":", 1)[1], runs_dir, parent_events=events, pretrain=run_training)
     events.write("phase", phase=f"loading {cfg.base_model}")
-    if cfg.method == "qlora":
+    if cfg.weights == "qlora":  # dpo/orpo/grpo by their `tuning`
         quant = dataclasses.replace(cfg.quant, mode="4bit") if cfg.quant.mode == "none" else cfg.quant
-    elif cfg.method == "lora" and cfg.quant.mode == "8bit":  # LoRA on an 8-bit (LLM.int8) base
+    elif cfg.weights == "lora" and cfg.quant.mode == "8bit":  # LoRA on an 8-bit (LLM.int8) base
         quant = dataclasses.replace(cfg.quant, compute_dtype=cfg.precision)
     else:
         quant = QuantSettings(mode="none", compute_dtype=cfg.precision)
     # AMP (fp16 on a GPU, bf16 on a CPU) keeps fp32 master weights of trained weights: engine/hardware/device.py
-    load_dtype = master_dtype(cfg.method, dtype, device)
+    load_dtype = master_dtype(cfg.weights, dtype, device)
     # QLoRA under FSDP: the 4-bit weights stored in the compute dtype, so that FSDP can flatten and shard them
     storage = dtype if cfg.distributed == "fsdp" and quant.mode == "4bit" else None
     return load_model(cfg.base_model, quant, runs_dir=runs_dir, trust_remote_code=cfg.trust_remote_code, allow_local_paths=True, dtype=load_dtype,
@@ -244,12 +247,11 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
 
 def predict_memory(cfg: TrainConfig, device: DeviceInfo, dtype: torch.dtype, model_config_path: Path | None) -> dict[str, Any] | None:
     """The estimator's prediction for this run's settings (None when the model is unknown to it)."""
-    from ..estimator.handoff import query_from_train
-    from ..estimator.memory import estimate
+    from ..estimator.handoff import estimate_train
 
     name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
     try:
-        est = estimate(query_from_train(cfg, name, str(model_config_path) if model_config_path else None, on_cpu=device.kind == "cpu"))
+        est = estimate_train(cfg, name, str(model_config_path) if model_config_path else None, on_cpu=device.kind == "cpu")
     except EngineError as exc:
         log.info("no memory prediction: %s", exc)
         return None
@@ -278,6 +280,14 @@ def _build_data(run: RunContext, models: RunModels) -> TrainData:
     """The train and eval examples (engine/data/build.py), packed when the models keep packed samples apart; writes
     the `data` event."""
     cfg, events = run.cfg, run.events
+    if cfg.method in OBJECTIVE_METHODS:  # preference pairs (dpo, orpo) or prompts (grpo): engine/data/pairs.py
+        from ..data.pairs import build_pair_data, build_prompt_data
+
+        events.write("phase", phase="tokenizing the data")
+        build = build_pair_data if cfg.method in PREFERENCE_METHODS else build_prompt_data
+        data = build(cfg, models.tokenizer, models.max_len)
+        events.write("data", **data.event_fields())
+        return data
     pack = cfg.packing and _packing_ok(models.model, events) and (cfg.method != "distill" or _packing_ok(models.distill.teacher, events))
     events.write("phase", phase="tokenizing the data")
     data = build_train_data(cfg, models.tokenizer, models.max_len, pack=pack, row_multiple=packed_row_multiple(cfg.max_seq_len, run.device.kind))
@@ -302,7 +312,8 @@ def _score_before(run: RunContext, models: RunModels) -> bool:
     """Score the date task before training (and the teacher's score when distilling) when the run trains on it;
     returns whether the run scores it after training too."""
     cfg = run.cfg
-    score_task = cfg.dataset == "builtin:dates" and cfg.method != "scratch" and run.checkpoint is None
+    # builtin:preferences pairs half of its rows from the date task: a DPO/ORPO run on it is scored too
+    score_task = cfg.dataset in DATE_TASK_DATASETS and cfg.method != "scratch" and run.checkpoint is None
     if score_task:
         # Generation needs no other rank: rank 0 scores, the others wait (same model, same answer).
         if run.main and cfg.method == "distill":
@@ -314,7 +325,7 @@ def _score_before(run: RunContext, models: RunModels) -> bool:
 
 
 def _score_after(run: RunContext, models: RunModels) -> None:
-    if run.cfg.method == "qlora":
+    if run.cfg.weights == "qlora":
         from ..models.bnb_safety import prepare_for_training
 
         prepare_for_training(models.model)
@@ -377,7 +388,7 @@ def _diverged(run: RunContext, built: RunTrainer) -> None:
 def _final_eval_loss(built: RunTrainer, data: TrainData) -> float | None:
     """The final eval loss: the periodic evaluation's when it ran at the last step, else one more evaluation
     (EventsCallback writes its `eval` event either way); None without an eval set."""
-    if not data.evals:
+    if not data.evals or built.trainer.args.eval_strategy == "no":  # GRPO evaluates nothing (engine/training/grpo.py)
         return None
     last_eval = built.events.last_eval
     if last_eval is None or last_eval[0] != built.trainer.state.global_step:
@@ -388,7 +399,11 @@ def _final_eval_loss(built: RunTrainer, data: TrainData) -> float | None:
 def _save(run: RunContext, built: RunTrainer, tokenizer: Any) -> str:
     """Save the adapter (LoRA methods) or the whole model, with the tokenizer, atomically; returns its folder name."""
     run.events.write("phase", phase="saving")
-    output = "adapter" if run.cfg.method in ("qlora", "lora") else "model"
+    output = "adapter" if run.cfg.weights in ("qlora", "lora") else "model"
+    if run.cfg.method in PREFERENCE_METHODS:
+        from .preference import drop_reference_adapter
+
+        drop_reference_adapter(built.trainer.model)  # DPO's frozen copy of the adapter is not part of the result
     if run.main:  # DDP keeps identical weights on every rank: one copy is saved
         tmp = run.run_dir / f".{output}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)

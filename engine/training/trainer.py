@@ -14,9 +14,10 @@ import torch
 
 from ..config import TrainConfig
 from ..hardware.device import DeviceInfo
+from ..objectives import OBJECTIVE_METHODS, PREFERENCE_METHODS
 from ..runs import EventLog, config_yaml
 from .callbacks import EvalPatienceCallback, EventsCallback, NonFiniteLossCallback, StopAtLossCallback, StopFileCallback
-from .tensorboard import TB_DIRNAME, TensorBoardLogCallback, sample_prompts
+from .tensorboard import SAMPLE_PROMPTS, TB_DIRNAME, TensorBoardLogCallback, sample_prompts
 
 OPTIMIZERS = {
     "adamw": "adamw_torch_fused",  # transformers 5 default on torch >= 2.8; no step temporary (engine/estimator/memory.py)
@@ -32,10 +33,16 @@ def training_args(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: to
     With packing too, a micro-batch is `micro_batch_size` samples: the collator packs them (engine/data/packing.py)."""
     from transformers import TrainingArguments
 
+    return TrainingArguments(**training_kwargs(cfg, run_dir, device, dtype, has_eval))
+
+
+def training_kwargs(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, dtype: torch.dtype, has_eval: bool) -> dict[str, Any]:
+    """`training_args`'s keyword arguments: trl's configs (DPOConfig, ORPOConfig, GRPOConfig) are TrainingArguments
+    subclasses and take the same ones, plus their method's own (engine/training/preference.py, grpo.py)."""
     on_cpu = device.kind == "cpu"
     eval_every = cfg.eval_steps or cfg.save_steps  # 0 = evaluate with every checkpoint
     patience = has_eval and cfg.early_stopping_patience > 0
-    return TrainingArguments(
+    return dict(
         output_dir=str(run_dir),
         per_device_train_batch_size=cfg.micro_batch_size,
         per_device_eval_batch_size=cfg.micro_batch_size,
@@ -91,7 +98,14 @@ def fsdp_args(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _tensorboard_callback(cfg: TrainConfig, run_dir: Path, device: DeviceInfo, tokenizer: Any, eval_ds: list, events: EventLog) -> TensorBoardLogCallback:
-    prompts = sample_prompts(eval_ds) if cfg.sample_generations else []
+    if not cfg.sample_generations:
+        prompts = []
+    elif cfg.method in PREFERENCE_METHODS:  # pairs (engine/data/pairs.py): the prompt is its own column
+        prompts = [list(e["prompt_ids"]) for e in list(eval_ds)[:SAMPLE_PROMPTS]]
+    elif cfg.method in OBJECTIVE_METHODS:  # GRPO prompts are the template's text
+        prompts = [tokenizer(e["prompt"], add_special_tokens=False)["input_ids"] for e in list(eval_ds)[:SAMPLE_PROMPTS]]
+    else:
+        prompts = sample_prompts(eval_ds)
     return TensorBoardLogCallback(run_dir / TB_DIRNAME, device, tokenizer=tokenizer, prompts=prompts, config_text=config_yaml(cfg), events=events)
 
 
@@ -226,6 +240,15 @@ def build_trainer(
     events_cb = EventsCallback(events, device, mirror=mirror)
     tb_cb = _tensorboard_callback(cfg, run_dir, device, tokenizer, data.evals, events)
     extra = [EvalPatienceCallback(cfg.early_stopping_patience, events)] if cfg.early_stopping_patience > 0 else []
+    callbacks = [nonfinite_cb, events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events), tb_cb, *extra]
+    if cfg.method in OBJECTIVE_METHODS:  # DPO, ORPO, GRPO: trl's trainers, with the same callbacks and checkpoints
+        if cfg.method in PREFERENCE_METHODS:
+            from .preference import preference_trainer as objective_trainer
+        else:
+            from .grpo import grpo_trainer as objective_trainer
+        trainer = objective_trainer(cfg, training_kwargs(cfg, run_dir, device, dtype, has_eval=bool(data.evals)), model, tokenizer, data,
+                                    callbacks, events, mixins=(AtomicCheckpoints, FrozenStartupObjects))
+        return RunTrainer(trainer, stop_cb, events_cb, tb_cb, nonfinite_cb)
     extra_args = {"distill": distill, "temperature": cfg.distill_temperature, "alpha": cfg.distill_alpha} if cfg.method == "distill" else {}
     trainer = trainer_class(cfg.method)(
         model=model,
@@ -235,7 +258,7 @@ def build_trainer(
         # each micro-batch packed (rows in a few widths on a CPU), or padded examples (the eval set, packing off)
         data_collator=PackingCollator(tokenizer, pad_to_multiple_of=8, packed_multiple=packed_row_multiple(cfg.max_seq_len, device.kind)),
         processing_class=tokenizer,
-        callbacks=[nonfinite_cb, events_cb, stop_cb, StopAtLossCallback(cfg.stop_at_loss, events), tb_cb, *extra],
+        callbacks=callbacks,
         **extra_args,
     )
     events_cb.scaler = trainer.accelerator.scaler  # fp16 runs: the loss scale and skipped steps go into progress events

@@ -16,6 +16,7 @@ BUILTIN_DATASETS = {
     "builtin:dates": "finetune.dataset.dates",
     "builtin:instructions": "finetune.dataset.instructions",
     "builtin:corpus": "finetune.dataset.corpus",
+    "builtin:preferences": "finetune.dataset.preferences",
 }
 
 

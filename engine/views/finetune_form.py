@@ -12,10 +12,10 @@ import pandas as pd
 
 from ..config import TrainConfig
 from ..errors import EngineError
-from ..estimator import memory
 from ..estimator.handoff import check_ui_train_config
 from ..fields import from_flat
 from ..i18n import fmt_number, t
+from ..objectives import OBJECTIVE_METHODS
 from ..runs import config_yaml
 from .offline import hub_id_of, needs_internet_now, offline_note
 from .uploads import keep_upload
@@ -26,8 +26,10 @@ from .uploads import keep_upload
 FT_MAIN = ["method", "base_model", "teacher_model", "dataset"]
 FT_TRAIN = ["max_steps", "epochs", "learning_rate", "lr_scheduler", "warmup_ratio", "micro_batch_size", "grad_accum", "max_seq_len",
             "precision", "grad_checkpointing", "optimizer", "weight_decay", "max_grad_norm", "seed", "eval_fraction", "train_on_prompt",
-            "stop_at_loss", "early_stopping_patience", "packing", "distill_temperature", "distill_alpha", "distributed", "gpus"]
-FT_TOP = ["base_model", "method", "teacher_model", "dataset", "max_steps", "epochs"]
+            "stop_at_loss", "early_stopping_patience", "packing", "distill_temperature", "distill_alpha", "distributed", "gpus",
+            # DPO, ORPO, GRPO (issue 27): shown for the methods that use them (OBJECTIVE_ONLY)
+            "tuning", "beta", "reward", "num_generations", "max_completion_length", "sampling_temperature"]
+FT_TOP = ["base_model", "method", "teacher_model", "dataset", "max_steps", "epochs", "tuning"]
 FT_OPTIMIZER = ["optimizer", "lr_scheduler", "warmup_ratio", "weight_decay", "max_grad_norm", "seed"]
 FT_TRAINING = [n for n in FT_TRAIN if n not in FT_TOP and n not in FT_OPTIMIZER]
 FT_LORA = ["lora.r", "lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.use_dora", "quant.mode", "quant.quant_type",
@@ -36,6 +38,41 @@ FT_RUN = ["logging_steps", "save_steps", "eval_steps", "save_total_limit", "samp
 FT_DATA = ["hub_config", "hub_split", "columns", "too_long", "eval_dataset", "eval_split", "curriculum", "difficulty_column"]
 DATA_FILE_TYPES = [".jsonl", ".json", ".csv", ".txt", ".parquet"]
 DISTILL_ONLY = ("teacher_model", "distill_temperature", "distill_alpha")  # shown for method 'distill' only
+# shown only for the methods that use them: which weights dpo/orpo/grpo train, DPO/ORPO's beta, GRPO's rewards and answers
+OBJECTIVE_ONLY: dict[str, tuple[str, ...]] = {
+    "tuning": ("dpo", "orpo", "grpo"),
+    "beta": ("dpo", "orpo"),
+    "reward": ("grpo",),
+    "num_generations": ("grpo",),
+    "max_completion_length": ("grpo",),
+    "sampling_temperature": ("grpo",),
+}
+# What a person starting one of these methods from the form gets: the settings measured on the date task on a shared
+# 2-core CPU (docs/preference.md has the table), from an SFT run (run:NAME) of the built-in model at 23% date accuracy,
+# every weight trained. DPO at 5e-5 fell to 11% (both answers' likelihoods fell), at 1e-5 it held (22%); GRPO with the
+# exact-match reward alone at 2e-4 fell to 17%, at 3e-5 it held (23%), and with the partial-credit reward added it
+# reached 27% and 26% (seeds 1, 2): the best setting measured, a small gain within one run's noise on 100 dates. ORPO fell
+# at both rates measured (1% at 5e-5, 16% at 1e-5: the instruction pairs' tokens dominate its cross-entropy).
+METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
+    "dpo": {"dataset": "builtin:preferences", "tuning": "full", "learning_rate": 1e-5, "beta": 0.1, "micro_batch_size": 8, "max_seq_len": 128,
+            "max_steps": 150},
+    "orpo": {"dataset": "builtin:preferences", "tuning": "full", "learning_rate": 1e-5, "beta": 0.1, "micro_batch_size": 8, "max_seq_len": 128,
+             "max_steps": 150},
+    "grpo": {"dataset": "builtin:dates", "tuning": "full", "learning_rate": 3e-5, "reward": "dates, date_parts", "num_generations": 8,
+             "max_completion_length": 16, "sampling_temperature": 1.0, "micro_batch_size": 16, "max_seq_len": 72, "max_steps": 150},
+}
+
+def visible_fields(method: str) -> dict[str, bool]:
+    """Which method-specific fields the form shows for `method` (the distillation fields and OBJECTIVE_ONLY's)."""
+    shown = {n: method == "distill" for n in DISTILL_ONLY}
+    shown.update({n: method in methods for n, methods in OBJECTIVE_ONLY.items()})
+    return shown
+
+
+def method_values(method: str) -> dict[str, Any]:
+    """The values the form sets when a person picks `method`: METHOD_DEFAULTS for dpo/orpo/grpo (the measured settings),
+    nothing for the others (their form defaults stay)."""
+    return dict(METHOD_DEFAULTS.get(method, {}))
 # The offline first run: fully fine-tune the built-in compact model (shipped pretrained: no pretraining first) on the
 # scored date task. max_seq_len 72 holds every date row whole (50-69 tokens with its tokenizer; at 64, 170 of the 600
 # rows lost the end of their answer and its end token, which capped accuracy at ~75% even after 1000 steps).
@@ -58,6 +95,8 @@ def train_config_from_form(values: dict[str, Any], upload_path: str | None, eval
         values["eval_dataset"] = str(keep_upload(eval_path, upload_dir, suffixes=DATA_FILE_TYPES))
     # qlora always loads the base in 4-bit; lora may use an 8-bit base; full/scratch train unquantized weights
     method, mode = values.get("method"), values.get("quant.mode")
+    if method in OBJECTIVE_METHODS:  # dpo/orpo/grpo: their `tuning` names the weights (LoRA, QLoRA or all)
+        method = values.get("tuning") or "lora"
     values["quant.mode"] = "4bit" if method == "qlora" else ("8bit" if method == "lora" and mode == "8bit" else "none")
     cfg = from_flat(TrainConfig, values)
     check_ui_train_config(cfg, runs_dir, upload_dir, allow_local_models=allow_local_models)
@@ -82,7 +121,7 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str 
     """(markdown in `lang`, verdict) of the estimator for this form on the machine the run will use. On a GPU the
     prediction is what PyTorch allocates there; on a CPU it is the model's training alone (weights, gradients, optimizer,
     activations), while the run measures the whole process (Python and PyTorch included)."""
-    from ..estimator.handoff import fit_verdict, query_from_train
+    from ..estimator.handoff import estimate_train, fit_verdict
     from ..hardware.device import detect_device, dtype_name, precision_reason, resolve_dtype
 
     device = detect_device()
@@ -100,7 +139,7 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str 
         if est is None:
             return head + " " + t("finetune.predict.later_teacher", lang), None
     else:
-        est = memory.estimate(query_from_train(cfg, dtype_name(dtype), on_cpu=device.kind == "cpu"))
+        est = estimate_train(cfg, dtype_name(dtype), on_cpu=device.kind == "cpu")  # + DPO/ORPO/GRPO's lines
     # on a GPU what must stay resident decides (paged optimizer state pages out to CPU RAM: slower, not out of memory)
     need = est.resident_gib if device.kind == "cuda" else est.allocated_gib
     verdict = fit_verdict(need, device.total_gib)
@@ -108,6 +147,10 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str 
     gib = {"pred": fmt_number(round(est.allocated_gib, 2), lang), "total": fmt_number(round(est.total_gib, 2), lang)}
     line = t("finetune.predict.gpu" if device.kind == "cuda" else "finetune.predict.cpu", lang, **gib)
     where = t("finetune.predict.device", lang, device=device.name, kind=device.kind, gib=fmt_number(round(device.total_gib, 1), lang, 1), word=word)
+    if cfg.method in OBJECTIVE_METHODS:  # DPO's reference model, GRPO's generated answers (engine/estimator/objectives.py)
+        from ..estimator.objectives import objective_line
+
+        line += (" · " + objective_line(est, lang)) if objective_line(est, lang) else ""
     return f"{head}\n\n{line} · {where}" + ("" if verdict == "fits" else " — " + t("finetune.predict.make_it_fit", lang)), verdict
 
 

@@ -167,7 +167,10 @@ def style_of(fmt: str, rows: tuple[dict[str, Any], ...]) -> str:
         return "text"
     if fmt == "chat":
         return "chat"
-    answers = [str(r.get("output") if fmt == "instruction" else r.get("completion") or "") for r in rows]
+    if fmt == "preference":  # preference pairs (DPO/ORPO): the chosen answer is the one the model is taught
+        answers = [" ".join(m.get("content", "") for m in r.get("chosen", [])) for r in rows]
+    else:
+        answers = [str(r.get("output") if fmt == "instruction" else r.get("completion") or "") for r in rows]
     words = [len(a.split()) for a in answers if a.strip()]
     return "task" if words and statistics.median(words) <= TASK_ANSWER_WORDS else "instruction"
 
@@ -181,8 +184,9 @@ def prompt_of(fmt: str, row: dict[str, Any]) -> str:
         text = f"{text}\n\n{extra}" if extra else text
     elif fmt == "prompt_completion":
         text = str(row.get("prompt") or "")
-    elif fmt == "chat":
-        text = next((str(m.get("content") or "") for m in row.get("messages", []) if m.get("role") == "user"), "")
+    elif fmt in ("chat", "preference"):
+        turns = row.get("messages" if fmt == "chat" else "prompt", [])
+        text = next((str(m.get("content") or "") for m in turns if m.get("role") == "user"), "")
     else:
         text = " ".join(str(row.get("text") or "").split()[:TEXT_EXAMPLE_WORDS])
     return text.strip()[:MAX_EXAMPLE_CHARS]

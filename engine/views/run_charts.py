@@ -23,6 +23,11 @@ SMOOTHED = ("train", "pretraining")  # dense series (one point per logging step)
 COLORS = {"train": "#9dbcf5", "train~": "#1f5fd6", "eval": "#f28e2b", "pretraining": "#c4c4c4", "pretraining~": "#6b6b6b"}
 PLOT_COLUMNS = ["step", "y", "loss", "kind"]  # y: what is drawn (the loss, or its log10); loss: the real value, for the tooltip
 N_RIGHT, N_WRONG = 2, 3  # answers shown under the accuracy bars
+# What DPO/ORPO and GRPO optimise, from the progress events (engine/training/callbacks.py OBJECTIVE_METRICS), per method:
+# the second plot of a run of these methods (its y values are on a scale of their own, not the loss's).
+OBJECTIVE_PLOTS = {"dpo": ("reward_margin", "pref_accuracy"), "orpo": ("reward_margin", "pref_accuracy"),
+                   "grpo": ("reward_mean", "reward_std", "completion_len")}
+OBJECTIVE_COLUMNS = ["step", "value", "metric"]
 
 
 def ema(values: Sequence[float], weight: float) -> list[float]:
@@ -135,3 +140,69 @@ def task_html(events: Iterable[dict[str, Any]], lang: str = "en") -> str:
         table = (f"<details open><summary>{caption}</summary><div style='overflow-x:auto'><table style='font-size:0.85em;width:100%'>"
                  f"<thead><tr>{cols}</tr></thead><tbody>{rows}</tbody></table></div></details>")
     return f"<div class='task-accuracy'>{head}{bars}{table}</div>"
+
+
+# ---- DPO/ORPO/GRPO: what the method optimises ----------------------------------------------------------------------
+
+
+def objective_metrics(method: str) -> tuple[str, ...]:
+    """The progress-event fields plotted for a run of `method` (none for the supervised methods)."""
+    return OBJECTIVE_PLOTS.get(method, ())
+
+
+def objective_frame(events: Iterable[dict[str, Any]], method: str, lang: str = "en") -> pd.DataFrame:
+    """The objective plot's data (step, value, metric) of a DPO/ORPO/GRPO run from its progress events: reward margin and
+    preference accuracy, or mean reward, its spread and the answers' length; the metrics named in `lang`. Empty for the
+    other methods or before the first logging step."""
+    names = objective_metrics(method)
+    rows = [(int(ev.get("step", 0)), float(ev[m]), t(f"preference.plot.{m}", lang))
+            for ev in events if ev.get("type") == "progress" for m in names if ev.get(m) is not None]
+    return pd.DataFrame(rows, columns=OBJECTIVE_COLUMNS).astype({"step": "int64", "value": "float64", "metric": object})
+
+
+def completions_html(events: Iterable[dict[str, Any]], lang: str = "en") -> str:
+    """The latest sampled answers of a GRPO run with their rewards (best, middle, worst), as a small table; "" when
+    there are none."""
+    latest = None
+    for ev in events:
+        if ev.get("type") == "completions":
+            latest = ev
+    if latest is None or not latest.get("samples"):
+        return ""
+    cell = "padding:4px 6px;vertical-align:top"
+    rows = "".join(
+        f"<tr><td style='{cell};text-align:right'><b>{float(s.get('reward') or 0.0):+.2f}</b></td>"
+        f"<td style='{cell}'><code>{html.escape(str(s.get('completion', '')).strip()[:80]) or '∅'}</code></td>"
+        f"<td style='{cell}'><code>{html.escape(str(s.get('answer') or ''))}</code></td></tr>" for s in latest["samples"])
+    cols = "".join(f"<th style='{cell};text-align:left'>{html.escape(t(f'preference.samples.col.{c}', lang))}</th>" for c in ("reward", "answer", "expected"))
+    caption = html.escape(t("preference.samples.title", lang, step=fmt_number(latest.get("step", 0), lang)))
+    return (f"<details open><summary>{caption}</summary><div style='overflow-x:auto'><table style='font-size:0.85em;width:100%'>"
+            f"<thead><tr>{cols}</tr></thead><tbody>{rows}</tbody></table></div></details>")
+
+
+def _sparkline(points: Sequence[tuple[int, float]], width: int = 300, height: int = 56) -> str:
+    """An inline SVG line of (step, value) points scaled to its own range: a picture that needs no plot component (the
+    run view's refresh sends it inside the task part)."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    sx = (width - 4) / (x1 - x0) if x1 > x0 else 0.0
+    sy = (height - 8) / (y1 - y0) if y1 > y0 else 0.0
+    path = " ".join(f"{2 + (x - x0) * sx:.1f},{height - 4 - (y - y0) * sy:.1f}" for x, y in points)
+    return (f"<svg viewBox='0 0 {width} {height}' width='100%' height='{height}' preserveAspectRatio='none' role='img'>"
+            f"<polyline fill='none' stroke='#1f5fd6' stroke-width='2' points='{path}'/></svg>")
+
+
+def objective_html(events: Sequence[dict[str, Any]], method: str, lang: str = "en") -> str:
+    """What a DPO/ORPO/GRPO run optimises, as small line charts (one per metric, each on its own scale, with its latest
+    value), then GRPO's latest sampled answers with their reward; "" for the other methods or before the first point."""
+    frame = objective_frame(events, method, lang)
+    if frame.empty:
+        return ""
+    charts = []
+    for metric, group in frame.groupby("metric", sort=False):
+        points = list(zip(group["step"].tolist(), group["value"].tolist(), strict=True))
+        charts.append(f"<div style='flex:1 1 220px;min-width:200px'><div style='font-size:0.85em'>{html.escape(str(metric))}: "
+                      f"<b>{fmt_number(round(points[-1][1], 3), lang, 3)}</b></div>{_sparkline(points)}</div>")
+    head = f"<b>{html.escape(t('preference.plot.title', lang))}</b>"
+    return (f"<div class='objective-plot'>{head}<div style='display:flex;flex-wrap:wrap;gap:12px'>{''.join(charts)}</div>"
+            f"{completions_html(events, lang)}</div>")

@@ -99,7 +99,30 @@ def progress_line(ev: dict[str, Any], lang: str = "en", *, pretraining: bool = F
         parts.append(t("finetune.log.speed", lang, speed=fmt_number(round(ev["tokens_per_s"]), lang)))
     if ev.get("mem_gib") is not None:
         parts.append(fmt_number(ev["mem_gib"], lang) + " GiB")
+    parts += objective_parts(ev, lang)
     return " · ".join(parts)
+
+
+def objective_parts(ev: dict[str, Any], lang: str = "en") -> list[str]:
+    """What DPO/ORPO (reward margin, preference accuracy) and GRPO (mean reward ± spread, answer length) optimise, from a
+    progress event (engine/training/callbacks.py OBJECTIVE_METRICS); [] for the other methods."""
+    parts = []
+    if ev.get("reward_margin") is not None:
+        parts.append(t("preference.log.margin", lang, margin=fmt_plain(ev["reward_margin"], lang)))
+    if ev.get("pref_accuracy") is not None:
+        parts.append(t("preference.log.accuracy", lang, pct=fmt_number(round(100 * ev["pref_accuracy"]), lang)))
+    if ev.get("reward_mean") is not None:
+        parts.append(t("preference.log.reward", lang, reward=fmt_plain(ev["reward_mean"], lang), std=fmt_plain(ev.get("reward_std") or 0.0, lang)))
+    if ev.get("completion_len") is not None:
+        parts.append(t("preference.log.length", lang, n=fmt_number(round(ev["completion_len"], 1), lang, 1)))
+    return parts
+
+
+def _completions_line(ev: dict[str, Any], lang: str) -> str:
+    """GRPO's sampled answers of a logging step with their rewards: 🎲 step 30: +1 «1953-10-13» (expected «1953-10-13») | ..."""
+    shown = [t("preference.log.sample", lang, reward=f"{float(s.get('reward') or 0.0):+.2f}", answer=str(s.get("completion", "")).strip()[:60],
+               expected=str(s.get("answer") or "")[:40]) for s in ev.get("samples") or []]
+    return "🎲 " + t("preference.log.samples", lang, step=fmt_number(ev.get("step", 0), lang)) + " " + " | ".join(shown)
 
 
 def _eval_line(ev: dict[str, Any], lang: str, pretraining: bool = False) -> str:
@@ -158,6 +181,7 @@ RENDER: dict[str, Callable[[dict[str, Any], str], str]] = {
     "distill": lambda ev, lang: t("finetune.log.distill", lang, teacher=ev.get("teacher", "?"), student=ev.get("student", "?")),
     "push": lambda ev, lang: "⬆ " + t("finetune.log.push", lang, url=ev.get("url", "")),
     "export": lambda ev, lang: "📦 " + t("finetune.log.export", lang, what=ev.get("gguf_type") or ev.get("format", "")),
+    "completions": _completions_line,  # GRPO's sampled answers (engine/training/grpo.py)
 }
 
 

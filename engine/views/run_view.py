@@ -15,7 +15,7 @@ import pandas as pd
 from ..errors import EngineError, for_people, from_json, render_record
 from ..i18n import fmt_number, t
 from ..runs import log_tail, read_events
-from .run_charts import loss_plot_frame, task_html
+from .run_charts import loss_plot_frame, objective_html, task_html
 from .run_history import STATE_ICONS, history_table, memory_text, run_details_md, state_text
 from .run_log import fmt_duration, fmt_loss, log_text, phase_text, when_text
 from .run_suggest import shorter_run_md
@@ -127,7 +127,7 @@ def watched_outputs(jobs: JobManager, name: str | None, lang: str = "en", *, log
     hint = shorter_run_md(s, lang)  # a slow machine: shorter first-run settings, with their time here and accuracy
     return WatchedRun(status=status_md(s, lang) + (f"\n\n{hint}" if hint else "") + (f"\n\n{merge}" if merge else ""), progress=progress_html(s, s.last_progress, lang),
                       plot=loss_plot_frame(loss_frame(s.losses), log_scale=log_scale, smoothing=smoothing, lang=lang),
-                      task=task_html(events, lang), log=log_text(events, lang, scrub=lambda text: scrub_paths(text, runs_dir)),
+                      task=task_html(events, lang) + objective_html(events, s.method, lang), log=log_text(events, lang, scrub=lambda text: scrub_paths(text, runs_dir)),
                       raw_log=scrub_paths(log_tail(s.path, 40), runs_dir), history=history_table(jobs, lang), details=run_details_md(s, lang),
                       running=s.state == "running" or jobs.active_merge() == name)
 

@@ -103,7 +103,7 @@ def test_upload_of_a_bad_file_is_a_clear_error(client, tmp_path):
 
 
 @pytest.mark.parametrize("override,fragment", [({"learning_rate": -1}, "learning_rate"), ({"base_model": "/etc/passwd"}, "server paths"),
-                                                ({"method": "dpo"}, "dpo.*qlora")])
+                                                ({"method": "kto"}, "kto.*qlora")])
 def test_bad_form_values_get_messages(client, override, fragment):
     values = _defaults(TrainConfig, FT_NAMES, override)
     with pytest.raises(Exception, match=fragment):

@@ -1,0 +1,96 @@
+"""DPO and ORPO: learning from preference pairs with trl's trainers (methods "dpo" and "orpo").
+
+The run's one training path (engine/training/run.py) loads the model, prepares its weights (LoRA, QLoRA or every
+weight: engine/training/adapters.py), builds the pairs (engine/data/pairs.py) and asks engine/training/trainer.py for a
+trainer; for these methods it is trl's, built here, with the run's own TrainingArguments, callbacks (events, STOP file,
+TensorBoard) and atomic checkpoints mixed in, so stop, resume, zip, merge, GGUF export and push work as for SFT.
+
+- DPO (`trl.DPOTrainer`): the reference is the starting model. With LoRA/QLoRA no second model is loaded: trl keeps a
+  frozen copy of the adapter (named "ref": of a fresh adapter that is the base itself; of a continued run:NAME
+  adapter, that run's model), a few MB. A full DPO run keeps a frozen copy of every weight (the memory estimate counts
+  it: engine/estimator/memory.py).
+- ORPO (`trl.experimental.orpo.ORPOTrainer`, where trl 1.16 keeps it): no reference model; the loss is the chosen
+  answer's cross-entropy plus beta x the odds-ratio term.
+
+Both get the pairs already tokenized with the model's chat template (prompt_ids, chosen_ids, rejected_ids: exactly
+what the data check shows), so trl's own text preparation is skipped.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ..config import TrainConfig
+from ..runs import EventLog
+
+REF_ADAPTER = "ref"  # the frozen reference adapter trl's DPOTrainer adds to a PEFT model
+
+
+def preference_trainer(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, data: Any, callbacks: list, events: EventLog, *,
+                       mixins: tuple[type, ...]) -> Any:
+    """The trl trainer of a DPO or ORPO run over `data` (engine/data/pairs.py `build_pair_data`), with the run's
+    TrainingArguments keywords `args`, its callbacks, and `mixins` (atomic checkpoints...) before trl's class."""
+    from datasets import Dataset
+
+    train = Dataset.from_list(data.train)
+    evals = Dataset.from_list(data.evals) if data.evals else None
+    if cfg.method == "dpo":
+        return _dpo(cfg, args, model, tokenizer, train, evals, callbacks, events, mixins)
+    return _orpo(cfg, args, model, tokenizer, train, evals, callbacks, mixins)
+
+
+class PretokenizedPairs:
+    """Mixed into trl's DPOTrainer: the pairs come tokenized by engine/data/pairs.py (the chat template as supervised
+    training renders it), so trl's own preparation (prompt extraction, an extra end token, re-tokenizing text) must
+    not run again over them."""
+
+    def _prepare_dataset(self, dataset: Any, processing_class: Any, args: Any, dataset_name: str) -> Any:
+        if "prompt_ids" in dataset.column_names:
+            return dataset
+        return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
+
+
+def _dpo(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, train: Any, evals: Any, callbacks: list, events: EventLog,
+         mixins: tuple[type, ...]) -> Any:
+    from trl import DPOConfig, DPOTrainer
+
+    from .adapters import is_peft
+
+    ref_model = None
+    if is_peft(model):
+        events.write("phase", phase="DPO reference: the starting model through a frozen copy of the adapter (no second model in memory)")
+    else:  # full DPO: a frozen copy of the starting weights (trl would reload it from the Hub id or folder otherwise)
+        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        events.write("phase", phase="DPO reference: a frozen copy of the starting model")
+    config = DPOConfig(**args, beta=cfg.beta, max_length=cfg.max_seq_len, precompute_ref_log_probs=False, dataset_num_proc=None)
+    cls = type("RunDPOTrainer", (*mixins, PretokenizedPairs, DPOTrainer), {})
+    return cls(model=model, ref_model=ref_model, args=config, train_dataset=train, eval_dataset=evals, processing_class=tokenizer,
+               callbacks=callbacks)
+
+
+def _orpo(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, train: Any, evals: Any, callbacks: list,
+          mixins: tuple[type, ...]) -> Any:
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+    # trl's ORPO tokenizes text itself (prompt, chosen, rejected): hand it the template's text of each part, decoded
+    # from the same ids the data check shows, and its own tokenization reproduces them.
+    def as_text(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=False)
+
+    def texts(ds: Any) -> Any:
+        return ds.map(lambda e: {"prompt": as_text(e["prompt_ids"]), "chosen": as_text(e["chosen_ids"]), "rejected": as_text(e["rejected_ids"])},
+                      remove_columns=ds.column_names)
+
+    config = ORPOConfig(**args, beta=cfg.beta, max_length=cfg.max_seq_len, max_completion_length=cfg.max_seq_len)
+    cls = type("RunORPOTrainer", (*mixins, ORPOTrainer), {})
+    return cls(model=model, args=config, train_dataset=texts(train), eval_dataset=texts(evals) if evals is not None else None,
+               processing_class=tokenizer, callbacks=callbacks)
+
+
+def drop_reference_adapter(model: Any) -> Any:
+    """`model` without DPO's frozen reference adapter (saved runs carry only the trained one)."""
+    peft_config = getattr(model, "peft_config", None)
+    if isinstance(peft_config, dict) and REF_ADAPTER in peft_config:
+        model.delete_adapter(REF_ADAPTER)
+    return model
