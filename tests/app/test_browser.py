@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import CHROMIUM, FLAGS, wait_for_no_live_run
 
+from engine import i18n
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install chromium); .ci/run installs it")
 
@@ -105,8 +107,11 @@ def test_teacher_fields_show_for_distillation_only(page):
     assert teacher.count() == 0  # the default method is 'full'
     method = page.locator("#TrainConfig-method input")
     method.click()
-    page.get_by_role("option", name="distill").click()
+    def label(method: str) -> str:  # the option's label, as the page shows it (presets/lang/en.yaml)
+        return i18n.t(f"text.choice.TrainConfig.method.{method}", "en")
+
+    page.get_by_role("option", name=label("distill"), exact=True).click()
     teacher.first.wait_for(timeout=10_000)
     method.click()
-    page.get_by_role("option", name="full", exact=True).click()
+    page.get_by_role("option", name=label("full"), exact=True).click()
     teacher.first.wait_for(state="detached", timeout=10_000)
