@@ -239,16 +239,26 @@ def test_every_error_and_text_key_renders_in_both_languages():
             assert "{" not in text.replace("{{", "").replace('{"', "") or "{role" in text or "{from" in text or '"data"' in text, (key, text)
 
 
+# modules whose ConfigErrors also name what is allowed by a language-file key (converted by h23c)
+CONFIG_KEYED = ["engine/estimator/model_config.py", "engine/estimator/architecture.py", "engine/estimator/catalog.py",
+                "engine/estimator/accuracy.py"]
+
+
 def test_every_engine_raise_in_the_converted_modules_is_keyed():
     """No plain-text EngineError left in the modules this issue converted (a new one would be English on the Portuguese page)."""
     modules = ["engine/data/files.py", "engine/data/formats.py", "engine/data/hub.py", "engine/data/curriculum.py", "engine/data/build.py",
-               "engine/models/references.py", "engine/export/hub.py", "engine/export/gguf_run.py", "engine/export/merge.py", "engine/export/onnx.py", "engine/refs.py"]
-    names = {"EngineError", "DataError", "ModelLoadError", "HubError", "JobError", "MappedColumnsMissing"}
+               "engine/models/references.py", "engine/export/hub.py", "engine/export/gguf_run.py", "engine/export/merge.py", "engine/export/onnx.py", "engine/refs.py",
+               *CONFIG_KEYED]
+    names = {"EngineError", "DataError", "ModelLoadError", "HubError", "JobError", "MappedColumnsMissing", "GenerationError"}
     plain = []
     for module in modules:
         for node in ast.walk(ast.parse((ROOT / module).read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
                 if not any(kw.arg == "key" for kw in node.keywords):
+                    plain.append(f"{module}:{node.lineno}")
+            # a ConfigError names what is allowed by a language-file key (ConfigError.of, allowed_key=, a KeyedConfigError)
+            if module in CONFIG_KEYED and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ConfigError":
+                if not any(kw.arg == "allowed_key" for kw in node.keywords):
                     plain.append(f"{module}:{node.lineno}")
     assert plain == []
 
@@ -281,3 +291,54 @@ def test_why_a_row_was_dropped_in_both_languages(tmp_path):
     texts = both(raised(load_records, str(path)))
     assert texts["en"] == "d.jsonl: none of the 1 rows can be used as instruction data (line 1: empty 'output')."
     assert texts["pt-BR"] == "d.jsonl: nenhuma das 1 linhas pode ser usada como dados instruction (linha 1: 'output' vazio)."
+
+
+# ---- the estimator's model errors (an uploaded config.json, an unknown model, the card, the accuracy bands) -----------
+
+def test_estimator_config_json_errors_in_both_languages(tmp_path):
+    from engine.estimator.model_config import config_from_dict, resolve
+
+    texts = both(raised(config_from_dict, {"hidden_size": 64}, where="config.json"))
+    assert texts == {"en": "config.json has no 'model_type'; is it a transformers config.json?",
+                     "pt-BR": "config.json não tem 'model_type'; é mesmo um config.json do transformers?"}
+    texts = both(raised(config_from_dict, {"model_type": "no_such_arch_xyz"}, where="config.json"))
+    assert "does not know model_type 'no_such_arch_xyz'" in texts["en"] and "não conhece o model_type 'no_such_arch_xyz'" in texts["pt-BR"]
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 0, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10}')
+    texts = both(raised(resolve, str(path)))
+    assert "the config's hidden size is 0; it must be a whole number >= 1." in texts["en"]
+    assert "o valor de tamanho oculto (hidden size) na configuração é 0" in texts["pt-BR"]
+    texts = both(raised(resolve, str(tmp_path / "nowhere" / "config.json")))
+    assert texts["en"].startswith("No config.json at") and texts["pt-BR"].startswith("Não há config.json em")
+    for text in texts.values():
+        assert_readable(text)
+
+
+def test_estimator_architecture_errors_in_both_languages(tmp_path):
+    from engine.estimator.memory import estimate
+
+    t5 = tmp_path / "t5.json"
+    t5.write_text(json.dumps({"model_type": "t5", "vocab_size": 100, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4}))
+    texts = both(raised(estimate, config.MemoryQuery(model=str(t5), task="full")))
+    assert "t5 is an encoder-decoder (seq2seq) model" in texts["en"] and "t5 é um modelo codificador-decodificador (seq2seq)" in texts["pt-BR"]
+    texts = both(raised(estimate, config.MemoryQuery(model="tinyllama-1.1b", task="lora", lora_targets="q,nope")))
+    assert "module names of this model" in texts["en"] and "nomes de módulos deste modelo" in texts["pt-BR"], texts
+
+
+def test_estimator_tier_and_accuracy_errors_in_both_languages(monkeypatch, tmp_path):
+    from engine.estimator import accuracy
+    from engine.estimator.catalog import hardware_tiers, tier_by_name
+
+    err = raised(tier_by_name, "no-such-card")
+    names = ", ".join(t.name for t in hardware_tiers())
+    assert err.render("en") == f"tier = 'no-such-card' is not allowed: one of {names}."
+    assert err.render("pt-BR").endswith(f"{i18n.t('message.allowed.choices', 'pt-BR', choices=names)}.")
+    monkeypatch.setattr(accuracy, "ACCURACY_FILE", tmp_path / "bands.yaml")
+    accuracy.load_accuracy.cache_clear()
+    try:
+        (tmp_path / "bands.yaml").write_text("other: 1\n")
+        texts = both(raised(accuracy.load_accuracy))
+        assert texts == {"en": "bands.yaml has no 'categories' mapping; rerun bench/memory_accuracy.py --write-bands.",
+                         "pt-BR": "bands.yaml não tem o mapeamento 'categories'; rode de novo bench/memory_accuracy.py --write-bands."}
+    finally:
+        accuracy.load_accuracy.cache_clear()
