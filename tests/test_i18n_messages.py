@@ -241,7 +241,8 @@ def test_every_error_and_text_key_renders_in_both_languages():
 
 # modules whose ConfigErrors also name what is allowed by a language-file key (converted by h23c)
 CONFIG_KEYED = ["engine/estimator/model_config.py", "engine/estimator/architecture.py", "engine/estimator/catalog.py",
-                "engine/estimator/accuracy.py"]
+                "engine/estimator/accuracy.py", "engine/runs.py", "engine/inference/presets.py", "engine/inference/decoding.py",
+                "engine/inference/evaluate.py", "engine/inference/batch.py"]
 
 
 def test_every_engine_raise_in_the_converted_modules_is_keyed():
@@ -342,3 +343,49 @@ def test_estimator_tier_and_accuracy_errors_in_both_languages(monkeypatch, tmp_p
                          "pt-BR": "bands.yaml não tem o mapeamento 'categories'; rode de novo bench/memory_accuracy.py --write-bands."}
     finally:
         accuracy.load_accuracy.cache_clear()
+
+
+# ---- run configs, the playground's engine ---------------------------------------------------------------------------
+
+def test_run_config_errors_in_both_languages(tmp_path):
+    from engine.runs import load_config, run_path
+
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"method: \xff\n")
+    texts = both(raised(load_config, path))
+    assert texts == {"en": "config = 'config.yaml' is not allowed: UTF-8 text (byte 8 cannot be decoded).",
+                     "pt-BR": "config = 'config.yaml' não é permitido: texto em UTF-8 (o byte 8 não pode ser decodificado)."}
+    path.write_text("{" * 40 + "}" * 40)
+    texts = both(raised(load_config, path))
+    assert "(at most 64,000 characters)" in texts["en"] and "(no máximo 64.000 caracteres)" in texts["pt-BR"]
+    path.write_text("- a\n- b\n")
+    assert "um mapeamento YAML de campos do TrainConfig" in both(raised(load_config, path))["pt-BR"]
+    texts = both(raised(run_path, tmp_path, "../x"))
+    assert texts["en"].startswith("Run name '../x' is not valid") and texts["pt-BR"].startswith("O nome de execução '../x' não é válido")
+
+
+def test_playground_engine_errors_in_both_languages(tmp_path):
+    from engine.inference.presets import apply_preset
+
+    texts = both(raised(apply_preset, "wild"))
+    assert texts["en"].startswith("preset = 'wild' is not allowed: one of ") and "precise" in texts["en"]
+    assert texts["pt-BR"].startswith("preset = 'wild' não é permitido: ") and "precise" in texts["pt-BR"]
+    for key, params, en, pt in [
+        ("error.inference.micro_batch", {"value": "0", "max": 64}, "micro_batch = 0 is not allowed: use 1 to 64.", "micro_batch = 0 não é permitido: use de 1 a 64."),
+        ("error.inference.task_n_zero", {}, "n = 0: ask for at least one test item.", "n = 0: peça pelo menos um item de teste."),
+        ("error.inference.no_chat_template", {}, "This tokenizer has no chat template", "Este tokenizador não tem template de chat"),
+    ]:
+        texts = both(EngineError(key=key, **params))
+        assert texts["en"].startswith(en) and texts["pt-BR"].startswith(pt), texts
+
+
+def test_batch_and_task_checks_raise_keyed_messages():
+    from engine.inference.batch import batch_generate, parse_prompts
+    from engine.inference.evaluate import task_accuracy
+
+    assert raised(lambda: next(batch_generate(None, "a single string", None))).key == "error.inference.prompts_list"
+    assert both(raised(lambda: next(batch_generate(None, ["a"], None, micro_batch=0))))["pt-BR"].startswith("micro_batch = 0 não é permitido")
+    assert raised(parse_prompts, "   ", None).key == "playground.error.batch_no_prompts"
+    err = raised(task_accuracy, None, n=10**9)
+    assert err.key == "error.inference.task_n" and "a whole number from 0 to" in err.render("en")
+    assert "um número inteiro de 0 a" in err.render("pt-BR")
