@@ -242,7 +242,8 @@ def test_every_error_and_text_key_renders_in_both_languages():
 # modules whose ConfigErrors also name what is allowed by a language-file key (converted by h23c)
 CONFIG_KEYED = ["engine/estimator/model_config.py", "engine/estimator/architecture.py", "engine/estimator/catalog.py",
                 "engine/estimator/accuracy.py", "engine/runs.py", "engine/inference/presets.py", "engine/inference/decoding.py",
-                "engine/inference/evaluate.py", "engine/inference/batch.py"]
+                "engine/inference/evaluate.py", "engine/inference/batch.py", "engine/export/hub.py", "engine/export/gguf.py",
+                "engine/export/gguf_vocab.py", "engine/export/gguf_run.py"]
 
 
 def test_every_engine_raise_in_the_converted_modules_is_keyed():
@@ -389,3 +390,43 @@ def test_batch_and_task_checks_raise_keyed_messages():
     err = raised(task_accuracy, None, n=10**9)
     assert err.key == "error.inference.task_n" and "a whole number from 0 to" in err.render("en")
     assert "um número inteiro de 0 a" in err.render("pt-BR")
+
+
+# ---- the Hub push form's fields, GGUF export ---------------------------------------------------------------------------
+
+def test_hub_push_field_errors_in_both_languages(tmp_path):
+    from engine.export.hub import check_repo_id, push_run
+
+    texts = both(raised(check_repo_id, "just-a-name"))
+    assert texts["en"].startswith("repo_id = 'just-a-name' is not allowed: owner/name (your user or organization name")
+    assert texts["pt-BR"].startswith("repo_id = 'just-a-name' não é permitido: dono/nome (seu usuário ou organização")
+    err = raised(push_run, tmp_path / "r", "alice/x", license="Not A License!", token="hf_x")
+    assert isinstance(err, ConfigError) and err.render("pt-BR") == ("license = 'Not A License!' não é permitido: um id de licença do Hub como "
+                                                                    "apache-2.0, mit ou llama3.1 (vazio = desconhecida, omitida).")
+    assert ConfigError("what", "weights", allowed_key="error.hub_fields.what").render("en") == "what = 'weights' is not allowed: adapter, merged or model."
+
+
+def test_gguf_export_errors_in_both_languages(tmp_path):
+    from engine.export.gguf import export_gguf, gguf_support
+    from engine.export.gguf_vocab import tokenizer_kind
+
+    reason = gguf_support({"model_type": "gpt_neox"})
+    assert isinstance(reason, Phrase) and "this model is gpt_neox" in reason
+    assert "este modelo é gpt_neox" in for_people(reason, "pt-BR")
+    assert "escalonamento de RoPE 'yarn'" in gguf_support({"model_type": "qwen2", "rope_scaling": {"rope_type": "yarn"}}).render("pt-BR")
+    (tmp_path / "config.json").write_text('{"model_type": "gpt_neox"}')
+    texts = both(raised(export_gguf, tmp_path, tmp_path / "out"))
+    assert "no mapping onto a llama.cpp architecture" in texts["en"] and "arquitetura do llama.cpp" in texts["pt-BR"]
+    texts = both(raised(tokenizer_kind, {"model": {"type": "WordPiece"}}))
+    assert texts["en"].startswith("GGUF export: the tokenizer is WordPiece") and texts["pt-BR"].startswith("Exportação GGUF: o tokenizador é WordPiece")
+    texts = both(EngineError(key="error.gguf.vocab_rows", n=50257, rows=50000))
+    assert texts["pt-BR"] == "Exportação GGUF: o tokenizador tem 50.257 tokens, mas o embedding do modelo só tem 50.000 linhas."
+
+
+def test_the_gguf_note_gives_its_reason_in_the_pages_language(tmp_path):
+    from engine.export.gguf_run import gguf_check
+
+    texts = {lang: for_people(gguf_check("ghost", tmp_path), lang) for lang in LANGS}
+    assert texts["en"] != texts["pt-BR"], texts
+    for text in texts.values():
+        assert_readable(text)
