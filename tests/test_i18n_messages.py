@@ -243,7 +243,8 @@ def test_every_error_and_text_key_renders_in_both_languages():
 CONFIG_KEYED = ["engine/estimator/model_config.py", "engine/estimator/architecture.py", "engine/estimator/catalog.py",
                 "engine/estimator/accuracy.py", "engine/runs.py", "engine/inference/presets.py", "engine/inference/decoding.py",
                 "engine/inference/evaluate.py", "engine/inference/batch.py", "engine/export/hub.py", "engine/export/gguf.py",
-                "engine/export/gguf_vocab.py", "engine/export/gguf_run.py"]
+                "engine/export/gguf_vocab.py", "engine/export/gguf_run.py", "engine/estimator/memory.py", "engine/models/cpu_quant.py",
+                "engine/training/adapters.py"]
 
 
 def test_every_engine_raise_in_the_converted_modules_is_keyed():
@@ -430,3 +431,40 @@ def test_the_gguf_note_gives_its_reason_in_the_pages_language(tmp_path):
     assert texts["en"] != texts["pt-BR"], texts
     for text in texts.values():
         assert_readable(text)
+
+
+# ---- the estimator's query checks, int8-dynamic, LoRA targets of a training run --------------------------------------
+
+def test_estimator_query_errors_in_both_languages():
+    from engine.estimator.memory import estimate, query_from_json
+
+    texts = both(raised(query_from_json, {"task": "lora"}))
+    assert texts == {"en": "model: a model (preset, catalog name, Hub id or config.json path) is required.",
+                     "pt-BR": "model: um modelo (predefinição, nome do catálogo, id do Hub ou caminho de um config.json) é obrigatório."}
+    assert "um objeto JSON com pelo menos a chave 'model'" in both(raised(query_from_json, ["x"]))["pt-BR"]
+    assert both(raised(estimate, "not a query"))["pt-BR"] == "query = 'str' não é permitido: uma MemoryQuery."
+
+
+def test_int8_dynamic_refusals_in_both_languages():
+    import torch
+
+    from engine.hardware.device import DeviceInfo
+    from engine.models.cpu_quant import check_device, quantize_int8_dynamic
+
+    texts = both(raised(check_device, DeviceInfo("cuda", "NVIDIA T4", 15.0, True)))
+    assert "torch's dynamic int8 kernels run on the CPU only" in texts["en"]
+    assert "os kernels int8 dinâmicos do torch só rodam na CPU" in texts["pt-BR"] and "(NVIDIA T4)" in texts["pt-BR"]
+    texts = both(raised(quantize_int8_dynamic, torch.nn.Linear(2, 2).to(torch.bfloat16)))
+    assert texts["pt-BR"].endswith("um modelo fp32 na CPU (este está em bfloat16 no dispositivo cpu).")
+
+
+def test_lora_target_errors_of_a_training_run_in_both_languages():
+    import torch
+
+    from engine.training.adapters import lora_targets
+
+    model = torch.nn.Sequential()
+    model.add_module("q_proj", torch.nn.Linear(2, 2))
+    err = raised(lora_targets, model, "q_proj,nope")
+    assert err.render("en") == "lora.targets = 'q_proj,nope' is not allowed: module names that exist in this model: q_proj."
+    assert err.render("pt-BR") == "lora.targets = 'q_proj,nope' não é permitido: nomes de módulos que existam neste modelo: q_proj."
