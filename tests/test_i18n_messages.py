@@ -468,3 +468,16 @@ def test_lora_target_errors_of_a_training_run_in_both_languages():
     err = raised(lora_targets, model, "q_proj,nope")
     assert err.render("en") == "lora.targets = 'q_proj,nope' is not allowed: module names that exist in this model: q_proj."
     assert err.render("pt-BR") == "lora.targets = 'q_proj,nope' não é permitido: nomes de módulos que existam neste modelo: q_proj."
+
+
+def test_an_uploaded_configs_label_follows_the_language(tmp_path):
+    from engine.estimator.memory import estimate
+    from engine.views.estimate_view import totals_md
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                                "num_attention_heads": 4, "num_key_value_heads": 4}))
+    est = estimate(config.MemoryQuery(model=str(path), task="inference"))
+    assert est.model == "config.json (uploaded config)" and for_people(est.model, "pt-BR") == "config.json (config enviado)"
+    q = config.MemoryQuery(model=str(path), task="inference")
+    assert "config.json (config enviado)" in totals_md(q, est, "pt-BR") and "config.json (uploaded config)" in totals_md(q, est, "en")

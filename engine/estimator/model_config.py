@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, Phrase
 from ..refs import LOOSE_HUB_ID_RE, check_visitor_path, looks_like_path
 from ..sharing import is_shared, token_kwargs
 from .arch_cache import cached_arch, write_cache
@@ -50,7 +50,7 @@ def _resolve_cached(ref: str) -> Arch:
         return builtin_arch(ref)
     if ref.startswith("manual:"):
         cfg = _manual_config(ref)
-        return analyze(cfg, ref=ref, label=f"manual ({ref[7:]})", source="manual architecture")
+        return analyze(cfg, ref=ref, label=Phrase("error.estimator.label.manual", spec=ref[7:]), source="manual architecture")
     entry = catalog_lookup(ref)
     if entry is not None:
         return _from_catalog(entry, ref)
@@ -92,7 +92,7 @@ def _from_file(path: Path, ref: str) -> Arch:
     if not isinstance(data, dict):
         raise model_error("estimator.error.not_object", file=path.name)
     cfg = config_from_dict(data, where=path.name)
-    return analyze(cfg, ref=ref, label=f"{data.get('_name_or_path') or path.name} (uploaded config)", source=str(path))
+    return analyze(cfg, ref=ref, label=Phrase("error.estimator.label.uploaded", name=str(data.get("_name_or_path") or path.name)), source=str(path))
 
 
 def _from_hub(repo: str) -> Arch:
