@@ -43,7 +43,7 @@ CHECKPOINT_STAGING = ".checkpoint-staging"
 def run_path(runs_dir: Path, name: str) -> Path:
     """The folder of run `name`, refusing anything that could escape the runs directory."""
     if not is_valid_run_name(name):
-        raise JobError(f"Run name {name!r} is not valid: use letters, digits, '-', '_' and '.', starting with a letter or digit.")
+        raise JobError(key="error.runs.run_name", name=repr(name))
     return Path(runs_dir) / name
 
 
@@ -110,16 +110,17 @@ def load_config(path: Path) -> TrainConfig:
         # A run config is a flat mapping of a few KB: anything far larger or deeply nested is damaged (and parsing
         # thousands of nested brackets costs seconds on every listing of the runs).
         if len(text) > MAX_CONFIG_CHARS or max((len(m) for m in re.findall(r"[\[{]+", text)), default=0) > 16:
-            raise ConfigError("config", path.name, f"a flat YAML mapping of TrainConfig fields (at most {MAX_CONFIG_CHARS:,} characters)")
+            raise ConfigError("config", path.name, allowed_key="error.runs.allowed.flat", max=MAX_CONFIG_CHARS)
         data = yaml.safe_load(text)
     except FileNotFoundError:
-        raise ConfigError("config", str(path), "an existing YAML file") from None
+        raise ConfigError("config", str(path), allowed_key="error.runs.allowed.exists") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError("config", path.name, f"UTF-8 text (byte {exc.start} cannot be decoded)") from None
+        raise ConfigError("config", path.name, allowed_key="error.runs.allowed.utf8", byte=exc.start) from None
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
-        raise ConfigError("config", path.name, f"valid YAML ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
+        raise ConfigError("config", path.name, allowed_key="error.runs.allowed.yaml", kind=type(exc).__name__,
+                          detail=str(exc).splitlines()[0][:200] if str(exc) else "") from None
     if not isinstance(data, dict):
-        raise ConfigError("config", str(path), "a YAML mapping of TrainConfig fields")
+        raise ConfigError("config", str(path), allowed_key="error.runs.allowed.mapping")
     return from_dict(TrainConfig, data)
 
 

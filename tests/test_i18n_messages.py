@@ -239,16 +239,29 @@ def test_every_error_and_text_key_renders_in_both_languages():
             assert "{" not in text.replace("{{", "").replace('{"', "") or "{role" in text or "{from" in text or '"data"' in text, (key, text)
 
 
+# modules whose ConfigErrors also name what is allowed by a language-file key (converted by h23c)
+CONFIG_KEYED = ["engine/estimator/model_config.py", "engine/estimator/architecture.py", "engine/estimator/catalog.py",
+                "engine/estimator/accuracy.py", "engine/runs.py", "engine/inference/presets.py", "engine/inference/decoding.py",
+                "engine/inference/evaluate.py", "engine/inference/batch.py", "engine/export/hub.py", "engine/export/gguf.py",
+                "engine/export/gguf_vocab.py", "engine/export/gguf_run.py", "engine/estimator/memory.py", "engine/models/cpu_quant.py",
+                "engine/training/adapters.py"]
+
+
 def test_every_engine_raise_in_the_converted_modules_is_keyed():
     """No plain-text EngineError left in the modules this issue converted (a new one would be English on the Portuguese page)."""
     modules = ["engine/data/files.py", "engine/data/formats.py", "engine/data/hub.py", "engine/data/curriculum.py", "engine/data/build.py",
-               "engine/models/references.py", "engine/export/hub.py", "engine/export/gguf_run.py", "engine/export/merge.py", "engine/export/onnx.py", "engine/refs.py"]
-    names = {"EngineError", "DataError", "ModelLoadError", "HubError", "JobError", "MappedColumnsMissing"}
+               "engine/models/references.py", "engine/export/hub.py", "engine/export/gguf_run.py", "engine/export/merge.py", "engine/export/onnx.py", "engine/refs.py",
+               *CONFIG_KEYED]
+    names = {"EngineError", "DataError", "ModelLoadError", "HubError", "JobError", "MappedColumnsMissing", "GenerationError"}
     plain = []
     for module in modules:
         for node in ast.walk(ast.parse((ROOT / module).read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
                 if not any(kw.arg == "key" for kw in node.keywords):
+                    plain.append(f"{module}:{node.lineno}")
+            # a ConfigError names what is allowed by a language-file key (ConfigError.of, allowed_key=, a KeyedConfigError)
+            if module in CONFIG_KEYED and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ConfigError":
+                if not any(kw.arg == "allowed_key" for kw in node.keywords):
                     plain.append(f"{module}:{node.lineno}")
     assert plain == []
 
@@ -281,3 +294,190 @@ def test_why_a_row_was_dropped_in_both_languages(tmp_path):
     texts = both(raised(load_records, str(path)))
     assert texts["en"] == "d.jsonl: none of the 1 rows can be used as instruction data (line 1: empty 'output')."
     assert texts["pt-BR"] == "d.jsonl: nenhuma das 1 linhas pode ser usada como dados instruction (linha 1: 'output' vazio)."
+
+
+# ---- the estimator's model errors (an uploaded config.json, an unknown model, the card, the accuracy bands) -----------
+
+def test_estimator_config_json_errors_in_both_languages(tmp_path):
+    from engine.estimator.model_config import config_from_dict, resolve
+
+    texts = both(raised(config_from_dict, {"hidden_size": 64}, where="config.json"))
+    assert texts == {"en": "config.json has no 'model_type'; is it a transformers config.json?",
+                     "pt-BR": "config.json não tem 'model_type'; é mesmo um config.json do transformers?"}
+    texts = both(raised(config_from_dict, {"model_type": "no_such_arch_xyz"}, where="config.json"))
+    assert "does not know model_type 'no_such_arch_xyz'" in texts["en"] and "não conhece o model_type 'no_such_arch_xyz'" in texts["pt-BR"]
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 0, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10}')
+    texts = both(raised(resolve, str(path)))
+    assert "the config's hidden size is 0; it must be a whole number >= 1." in texts["en"]
+    assert "o valor de tamanho oculto (hidden size) na configuração é 0" in texts["pt-BR"]
+    texts = both(raised(resolve, str(tmp_path / "nowhere" / "config.json")))
+    assert texts["en"].startswith("No config.json at") and texts["pt-BR"].startswith("Não há config.json em")
+    for text in texts.values():
+        assert_readable(text)
+
+
+def test_estimator_architecture_errors_in_both_languages(tmp_path):
+    from engine.estimator.memory import estimate
+
+    t5 = tmp_path / "t5.json"
+    t5.write_text(json.dumps({"model_type": "t5", "vocab_size": 100, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4}))
+    texts = both(raised(estimate, config.MemoryQuery(model=str(t5), task="full")))
+    assert "t5 is an encoder-decoder (seq2seq) model" in texts["en"] and "t5 é um modelo codificador-decodificador (seq2seq)" in texts["pt-BR"]
+    texts = both(raised(estimate, config.MemoryQuery(model="tinyllama-1.1b", task="lora", lora_targets="q,nope")))
+    assert "module names of this model" in texts["en"] and "nomes de módulos deste modelo" in texts["pt-BR"], texts
+
+
+def test_estimator_tier_and_accuracy_errors_in_both_languages(monkeypatch, tmp_path):
+    from engine.estimator import accuracy
+    from engine.estimator.catalog import hardware_tiers, tier_by_name
+
+    err = raised(tier_by_name, "no-such-card")
+    names = ", ".join(t.name for t in hardware_tiers())
+    assert err.render("en") == f"tier = 'no-such-card' is not allowed: one of {names}."
+    assert err.render("pt-BR").endswith(f"{i18n.t('message.allowed.choices', 'pt-BR', choices=names)}.")
+    monkeypatch.setattr(accuracy, "ACCURACY_FILE", tmp_path / "bands.yaml")
+    accuracy.load_accuracy.cache_clear()
+    try:
+        (tmp_path / "bands.yaml").write_text("other: 1\n")
+        texts = both(raised(accuracy.load_accuracy))
+        assert texts == {"en": "bands.yaml has no 'categories' mapping; rerun bench/memory_accuracy.py --write-bands.",
+                         "pt-BR": "bands.yaml não tem o mapeamento 'categories'; rode de novo bench/memory_accuracy.py --write-bands."}
+    finally:
+        accuracy.load_accuracy.cache_clear()
+
+
+# ---- run configs, the playground's engine ---------------------------------------------------------------------------
+
+def test_run_config_errors_in_both_languages(tmp_path):
+    from engine.runs import load_config, run_path
+
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"method: \xff\n")
+    texts = both(raised(load_config, path))
+    assert texts == {"en": "config = 'config.yaml' is not allowed: UTF-8 text (byte 8 cannot be decoded).",
+                     "pt-BR": "config = 'config.yaml' não é permitido: texto em UTF-8 (o byte 8 não pode ser decodificado)."}
+    path.write_text("{" * 40 + "}" * 40)
+    texts = both(raised(load_config, path))
+    assert "(at most 64,000 characters)" in texts["en"] and "(no máximo 64.000 caracteres)" in texts["pt-BR"]
+    path.write_text("- a\n- b\n")
+    assert "um mapeamento YAML de campos do TrainConfig" in both(raised(load_config, path))["pt-BR"]
+    texts = both(raised(run_path, tmp_path, "../x"))
+    assert texts["en"].startswith("Run name '../x' is not valid") and texts["pt-BR"].startswith("O nome de execução '../x' não é válido")
+
+
+def test_playground_engine_errors_in_both_languages(tmp_path):
+    from engine.inference.presets import apply_preset
+
+    texts = both(raised(apply_preset, "wild"))
+    assert texts["en"].startswith("preset = 'wild' is not allowed: one of ") and "precise" in texts["en"]
+    assert texts["pt-BR"].startswith("preset = 'wild' não é permitido: ") and "precise" in texts["pt-BR"]
+    for key, params, en, pt in [
+        ("error.inference.micro_batch", {"value": "0", "max": 64}, "micro_batch = 0 is not allowed: use 1 to 64.", "micro_batch = 0 não é permitido: use de 1 a 64."),
+        ("error.inference.task_n_zero", {}, "n = 0: ask for at least one test item.", "n = 0: peça pelo menos um item de teste."),
+        ("error.inference.no_chat_template", {}, "This tokenizer has no chat template", "Este tokenizador não tem template de chat"),
+    ]:
+        texts = both(EngineError(key=key, **params))
+        assert texts["en"].startswith(en) and texts["pt-BR"].startswith(pt), texts
+
+
+def test_batch_and_task_checks_raise_keyed_messages():
+    from engine.inference.batch import batch_generate, parse_prompts
+    from engine.inference.evaluate import task_accuracy
+
+    assert raised(lambda: next(batch_generate(None, "a single string", None))).key == "error.inference.prompts_list"
+    assert both(raised(lambda: next(batch_generate(None, ["a"], None, micro_batch=0))))["pt-BR"].startswith("micro_batch = 0 não é permitido")
+    assert raised(parse_prompts, "   ", None).key == "playground.error.batch_no_prompts"
+    err = raised(task_accuracy, None, n=10**9)
+    assert err.key == "error.inference.task_n" and "a whole number from 0 to" in err.render("en")
+    assert "um número inteiro de 0 a" in err.render("pt-BR")
+
+
+# ---- the Hub push form's fields, GGUF export ---------------------------------------------------------------------------
+
+def test_hub_push_field_errors_in_both_languages(tmp_path):
+    from engine.export.hub import check_repo_id, push_run
+
+    texts = both(raised(check_repo_id, "just-a-name"))
+    assert texts["en"].startswith("repo_id = 'just-a-name' is not allowed: owner/name (your user or organization name")
+    assert texts["pt-BR"].startswith("repo_id = 'just-a-name' não é permitido: dono/nome (seu usuário ou organização")
+    err = raised(push_run, tmp_path / "r", "alice/x", license="Not A License!", token="hf_x")
+    assert isinstance(err, ConfigError) and err.render("pt-BR") == ("license = 'Not A License!' não é permitido: um id de licença do Hub como "
+                                                                    "apache-2.0, mit ou llama3.1 (vazio = desconhecida, omitida).")
+    assert ConfigError("what", "weights", allowed_key="error.hub_fields.what").render("en") == "what = 'weights' is not allowed: adapter, merged or model."
+
+
+def test_gguf_export_errors_in_both_languages(tmp_path):
+    from engine.export.gguf import export_gguf, gguf_support
+    from engine.export.gguf_vocab import tokenizer_kind
+
+    reason = gguf_support({"model_type": "gpt_neox"})
+    assert isinstance(reason, Phrase) and "this model is gpt_neox" in reason
+    assert "este modelo é gpt_neox" in for_people(reason, "pt-BR")
+    assert "escalonamento de RoPE 'yarn'" in gguf_support({"model_type": "qwen2", "rope_scaling": {"rope_type": "yarn"}}).render("pt-BR")
+    (tmp_path / "config.json").write_text('{"model_type": "gpt_neox"}')
+    texts = both(raised(export_gguf, tmp_path, tmp_path / "out"))
+    assert "no mapping onto a llama.cpp architecture" in texts["en"] and "arquitetura do llama.cpp" in texts["pt-BR"]
+    texts = both(raised(tokenizer_kind, {"model": {"type": "WordPiece"}}))
+    assert texts["en"].startswith("GGUF export: the tokenizer is WordPiece") and texts["pt-BR"].startswith("Exportação GGUF: o tokenizador é WordPiece")
+    texts = both(EngineError(key="error.gguf.vocab_rows", n=50257, rows=50000))
+    assert texts["pt-BR"] == "Exportação GGUF: o tokenizador tem 50.257 tokens, mas o embedding do modelo só tem 50.000 linhas."
+
+
+def test_the_gguf_note_gives_its_reason_in_the_pages_language(tmp_path):
+    from engine.export.gguf_run import gguf_check
+
+    texts = {lang: for_people(gguf_check("ghost", tmp_path), lang) for lang in LANGS}
+    assert texts["en"] != texts["pt-BR"], texts
+    for text in texts.values():
+        assert_readable(text)
+
+
+# ---- the estimator's query checks, int8-dynamic, LoRA targets of a training run --------------------------------------
+
+def test_estimator_query_errors_in_both_languages():
+    from engine.estimator.memory import estimate, query_from_json
+
+    texts = both(raised(query_from_json, {"task": "lora"}))
+    assert texts == {"en": "model: a model (preset, catalog name, Hub id or config.json path) is required.",
+                     "pt-BR": "model: um modelo (predefinição, nome do catálogo, id do Hub ou caminho de um config.json) é obrigatório."}
+    assert "um objeto JSON com pelo menos a chave 'model'" in both(raised(query_from_json, ["x"]))["pt-BR"]
+    assert both(raised(estimate, "not a query"))["pt-BR"] == "query = 'str' não é permitido: uma MemoryQuery."
+
+
+def test_int8_dynamic_refusals_in_both_languages():
+    import torch
+
+    from engine.hardware.device import DeviceInfo
+    from engine.models.cpu_quant import check_device, quantize_int8_dynamic
+
+    texts = both(raised(check_device, DeviceInfo("cuda", "NVIDIA T4", 15.0, True)))
+    assert "torch's dynamic int8 kernels run on the CPU only" in texts["en"]
+    assert "os kernels int8 dinâmicos do torch só rodam na CPU" in texts["pt-BR"] and "(NVIDIA T4)" in texts["pt-BR"]
+    texts = both(raised(quantize_int8_dynamic, torch.nn.Linear(2, 2).to(torch.bfloat16)))
+    assert texts["pt-BR"].endswith("um modelo fp32 na CPU (este está em bfloat16 no dispositivo cpu).")
+
+
+def test_lora_target_errors_of_a_training_run_in_both_languages():
+    import torch
+
+    from engine.training.adapters import lora_targets
+
+    model = torch.nn.Sequential()
+    model.add_module("q_proj", torch.nn.Linear(2, 2))
+    err = raised(lora_targets, model, "q_proj,nope")
+    assert err.render("en") == "lora.targets = 'q_proj,nope' is not allowed: module names that exist in this model: q_proj."
+    assert err.render("pt-BR") == "lora.targets = 'q_proj,nope' não é permitido: nomes de módulos que existam neste modelo: q_proj."
+
+
+def test_an_uploaded_configs_label_follows_the_language(tmp_path):
+    from engine.estimator.memory import estimate
+    from engine.views.estimate_view import totals_md
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                                "num_attention_heads": 4, "num_key_value_heads": 4}))
+    est = estimate(config.MemoryQuery(model=str(path), task="inference"))
+    assert est.model == "config.json (uploaded config)" and for_people(est.model, "pt-BR") == "config.json (config enviado)"
+    q = config.MemoryQuery(model=str(path), task="inference")
+    assert "config.json (config enviado)" in totals_md(q, est, "pt-BR") and "config.json (uploaded config)" in totals_md(q, est, "en")

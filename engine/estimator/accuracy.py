@@ -147,11 +147,11 @@ def load_accuracy() -> dict[str, Any]:
     try:
         data = yaml.safe_load(ACCURACY_FILE.read_text(encoding="utf-8")) or {}
     except OSError as exc:
-        raise EngineError(f"Cannot read {ACCURACY_FILE.name}: {exc.strerror}; rerun bench/memory_accuracy.py --write-bands.") from None
+        raise EngineError(key="error.estimator.accuracy_unreadable", file=ACCURACY_FILE.name, detail=str(exc.strerror)) from None
     except yaml.YAMLError as exc:
-        raise EngineError(f"{ACCURACY_FILE.name} is not valid YAML: {exc}") from None
+        raise EngineError(key="error.estimator.accuracy_yaml", file=ACCURACY_FILE.name, detail=str(exc)) from None
     if not isinstance(data.get("categories"), dict):
-        raise EngineError(f"{ACCURACY_FILE.name} has no 'categories' mapping; rerun bench/memory_accuracy.py --write-bands.")
+        raise EngineError(key="error.estimator.accuracy_categories", file=ACCURACY_FILE.name)
     return data
 
 

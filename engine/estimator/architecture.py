@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError, ModelLoadError
+from ..errors import ConfigError, ModelLoadError, Phrase
 
 # Leaf names of linear layers by role. Roles decide which activations a layer keeps (see engine/estimator/memory.py).
 _ATTN_IN = {"q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "c_attn", "Wqkv", "W_pack", "query", "key", "value", "q", "k", "v"}
@@ -124,8 +124,7 @@ class Arch:
                 leaf = tok.rsplit(".", 1)[-1]
                 chosen.update({lin.name: lin for lin in self.linears if lin.leaf == leaf})
             else:
-                allowed = "q,k,v,o,gate,up,down,lm_head, 'all-linear', 'attention' or module names of this model (" + ", ".join(sorted(leaves)) + ")"
-                raise ConfigError("lora_targets", targets, allowed)
+                raise ConfigError("lora_targets", targets, allowed_key="error.estimator.allowed.lora_targets_model", names=", ".join(sorted(leaves)))
         return list(chosen.values()), lm_head
 
 
@@ -136,7 +135,7 @@ def _split_targets(targets: str | list[str] | tuple[str, ...]) -> list[str]:
         tokens = [str(t).strip() for t in targets]
     tokens = [t for t in tokens if t]
     if not tokens:
-        raise ConfigError("lora_targets", targets, "at least one target (e.g. 'all-linear' or 'q,v')")
+        raise ConfigError("lora_targets", targets, allowed_key="error.estimator.allowed.lora_targets_one")
     return tokens
 
 
@@ -175,20 +174,20 @@ def analyze(cfg: Any, *, ref: str, label: str, source: str, published: float | N
     text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     n_layers = _get(text_cfg, "num_hidden_layers", "n_layer", "num_layers")
     hidden = _get(text_cfg, "hidden_size", "n_embd", "d_model")
-    for name, value in (("layers", n_layers), ("hidden size", hidden), ("vocab size", _get(text_cfg, "vocab_size"))):
+    for name, value in (("layers", n_layers), ("hidden", hidden), ("vocab", _get(text_cfg, "vocab_size"))):
         if not isinstance(value, int) or value < 1:
-            raise ModelLoadError(f"{label}: the config's {name} is {value!r}; it must be a whole number >= 1.")
+            raise ModelLoadError(key="error.estimator.bad_size", label=label, name=Phrase(f"error.estimator.size_name.{name}"), value=repr(value))
     model_type = str(getattr(cfg, "model_type", ""))
     if getattr(cfg, "is_encoder_decoder", False):
         # An encoder-decoder keeps encoder states, cross-attention and two stacks: none of that is in these terms.
-        raise ModelLoadError(f"{label}: {model_type} is an encoder-decoder (seq2seq) model; the memory estimator covers decoder-only "
-                             "causal LMs and encoders (BERT-like) only.")
+        raise ModelLoadError(key="error.estimator.seq2seq", label=label, model_type=model_type)
     encoder = _is_encoder(cfg)
     try:
         with torch.device("meta"):
             model = (AutoModelForMaskedLM if encoder else AutoModelForCausalLM).from_config(cfg)
     except (ValueError, TypeError, AttributeError, RuntimeError, KeyError, AssertionError) as exc:
-        raise ModelLoadError(f"{label}: transformers cannot build a {'masked' if encoder else 'causal'} LM from this config ({type(exc).__name__}: {exc}).") from exc
+        raise ModelLoadError(key="error.estimator.cannot_build_" + ("masked" if encoder else "causal"), label=label, kind=type(exc).__name__,
+                              detail=str(exc)) from exc
     if hasattr(model, "tie_weights"):
         model.tie_weights()  # ties as the real load would (from_config on the meta device already does; cheap)
 
@@ -210,7 +209,7 @@ def analyze(cfg: Any, *, ref: str, label: str, source: str, published: float | N
         if isinstance(mod, nn.ModuleList) and len(mod) == n_layers and (blocks is None or _nparams(mod) > _nparams(blocks)):
             blocks = mod
     if blocks is None:
-        raise ModelLoadError(f"{label}: could not find its {n_layers} decoder layers.")
+        raise ModelLoadError(key="error.estimator.no_layers", label=label, n=n_layers)
 
     counted: set[int] = set()
     layer_linear = layer_bias = 0

@@ -64,7 +64,7 @@ def _load_yaml(name: str) -> Any:
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise EngineError(f"Cannot read {path}: {exc}") from exc
+        raise EngineError(key="error.estimator.cannot_read", file=str(path), detail=str(exc)) from exc
 
 
 @functools.lru_cache(maxsize=1)
@@ -74,7 +74,7 @@ def hardware_tiers() -> list[HardwareTier]:
     tiers = [HardwareTier(**{k: v for k, v in row.items() if k in HardwareTier.__dataclass_fields__}) for row in data["tiers"]]
     for t in tiers:
         if not (0 < t.usable_gib <= t.total_gib) or t.kind not in ("gpu", "cpu"):
-            raise EngineError(f"presets/hardware.yaml: tier {t.name} has inconsistent numbers")
+            raise EngineError(key="error.estimator.tier_numbers", tier=t.name)
     return tiers
 
 
@@ -85,7 +85,7 @@ def tier_by_name(name: str) -> HardwareTier:
             return t
     from ..errors import ConfigError
 
-    raise ConfigError("tier", name, "one of " + ", ".join(t.name for t in hardware_tiers()))
+    raise ConfigError("tier", name, allowed_key="message.allowed.choices", choices=[t.name for t in hardware_tiers()])
 
 
 @functools.lru_cache(maxsize=1)

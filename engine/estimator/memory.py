@@ -333,7 +333,7 @@ def _estimate_bytes(q: MemoryQuery, arch: Arch) -> tuple[dict[str, float], str, 
     full = p.task == "full"
     trainable = arch.params_total if full else n_lora
     if trainable == 0:
-        raise ConfigError("lora_targets", q.lora_targets, "targets that exist in this model")
+        raise ConfigError("lora_targets", q.lora_targets, allowed_key="error.estimator.allowed.targets_exist")
     grad_b = p.master if full else p.adapter
     adapters = 0.0 if full else n_lora * p.adapter
     grads = trainable * grad_b
@@ -450,7 +450,7 @@ def _optimizer(name: str, arch: Arch, n: int, param_b: int, full: bool, largest:
         rows_cols = (arch.hidden + arch.intermediate) * 4 * arch.n_layers * max(len(arch.linears), 1)
         state = 4.0 * rows_cols if full else 4.0 * n * 0.1
         return state, 8.0 * max((m.d_in * m.d_out for m in arch.linears), default=0), 0.0
-    raise ConfigError("optimizer", name, "adamw, adamw-foreach, adamw-8bit, paged-adamw-8bit, paged-adamw-32bit, sgd or adafactor")
+    raise ConfigError("optimizer", name, allowed_key="error.estimator.allowed.optimizer")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -505,7 +505,7 @@ def tier_verdict(query: MemoryQuery, tier: HardwareTier) -> str:
 def estimate(query: MemoryQuery) -> MemoryEstimate:
     """Peak memory of the job described by `query`, its breakdown, and a verdict for every hardware tier."""
     if not isinstance(query, MemoryQuery):
-        raise ConfigError("query", type(query).__name__, "a MemoryQuery")
+        raise ConfigError("query", type(query).__name__, allowed_key="error.estimator.allowed.query")
     parts, phase, paged, trainable, notes, arch, details = estimate_by_key(query_key(query))
     allocated = sum(parts.values())
     frag = fragmentation(parts)
@@ -623,14 +623,14 @@ def max_seq_len(query: MemoryQuery, tier_name: str) -> int:
 def query_from_json(data: dict[str, Any]) -> MemoryQuery:
     """A MemoryQuery from one JSONL query object (lists allowed for lora_targets); ConfigError names the field."""
     if not isinstance(data, dict):
-        raise ConfigError("query", data, "a JSON object with at least a 'model' key")
+        raise ConfigError("query", data, allowed_key="error.estimator.allowed.query_json")
     if "model" not in data:
-        raise ConfigError("model", None, "a model (preset, catalog name, Hub id or config.json path)")
+        raise ConfigError("model", None, allowed_key="error.estimator.allowed.model_required")
     data = dict(data)
     if isinstance(data.get("lora_targets"), (list, tuple)):
         targets = data["lora_targets"]
         if not all(isinstance(t, str) for t in targets):
-            raise ConfigError("lora_targets", targets, "a list of names such as ['q', 'v']")
+            raise ConfigError("lora_targets", targets, allowed_key="message.allowed.targets_list")
         data["lora_targets"] = ",".join(targets)
     return from_dict(MemoryQuery, data)
 

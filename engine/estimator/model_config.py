@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, Phrase
 from ..refs import LOOSE_HUB_ID_RE, check_visitor_path, looks_like_path
 from ..sharing import is_shared, token_kwargs
 from .arch_cache import cached_arch, write_cache
@@ -50,7 +50,7 @@ def _resolve_cached(ref: str) -> Arch:
         return builtin_arch(ref)
     if ref.startswith("manual:"):
         cfg = _manual_config(ref)
-        return analyze(cfg, ref=ref, label=f"manual ({ref[7:]})", source="manual architecture")
+        return analyze(cfg, ref=ref, label=Phrase("error.estimator.label.manual", spec=ref[7:]), source="manual architecture")
     entry = catalog_lookup(ref)
     if entry is not None:
         return _from_catalog(entry, ref)
@@ -84,7 +84,7 @@ def _from_file(path: Path, ref: str) -> Arch:
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise ModelLoadError(f"No config.json at {str(path)!r}.")
+        raise ModelLoadError(key="error.estimator.no_config_file", path=repr(str(path)))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -92,7 +92,7 @@ def _from_file(path: Path, ref: str) -> Arch:
     if not isinstance(data, dict):
         raise model_error("estimator.error.not_object", file=path.name)
     cfg = config_from_dict(data, where=path.name)
-    return analyze(cfg, ref=ref, label=f"{data.get('_name_or_path') or path.name} (uploaded config)", source=str(path))
+    return analyze(cfg, ref=ref, label=Phrase("error.estimator.label.uploaded", name=str(data.get("_name_or_path") or path.name)), source=str(path))
 
 
 def _from_hub(repo: str) -> Arch:
@@ -105,14 +105,13 @@ def _from_hub(repo: str) -> Arch:
             RepositoryNotFoundError,
         )
     except ImportError as exc:
-        raise ModelLoadError(f"huggingface_hub is needed to fetch {repo!r}: {exc}") from exc
-    offline = {"key": "estimator.error.offline", "repo": repr(repo)}
+        raise ModelLoadError(key="error.estimator.needs_hub", repo=repr(repo), detail=str(exc)) from exc
     try:  # a config fetched before is in huggingface_hub's cache: no network needed
         return _hub_arch(repo, hf_hub_download(repo, "config.json", local_files_only=True, **token_kwargs()))
     except (LocalEntryNotFoundError, OSError):
         pass
     if constants.HF_HUB_OFFLINE or not _hub_reachable(constants.ENDPOINT):
-        raise ModelLoadError(**offline)  # fail fast instead of huggingface_hub's retries with backoff
+        raise ModelLoadError(key="estimator.error.offline", repo=repr(repo))  # fail fast instead of huggingface_hub's retries with backoff
     try:
         path = hf_hub_download(repo, "config.json", etag_timeout=5, **token_kwargs())
     except GatedRepoError as exc:
@@ -120,7 +119,7 @@ def _from_hub(repo: str) -> Arch:
     except RepositoryNotFoundError as exc:
         raise model_error("estimator.error.no_repo", repo=repr(repo)) from exc
     except LocalEntryNotFoundError as exc:  # raised when the Hub cannot be reached and nothing is cached
-        raise ModelLoadError(**offline) from exc
+        raise ModelLoadError(key="estimator.error.offline", repo=repr(repo)) from exc
     except EntryNotFoundError as exc:
         raise model_error("estimator.error.no_config", repo=repr(repo)) from exc
     except Exception as exc:  # DNS, timeouts, proxies, HTTP 5xx: all mean "cannot reach the Hub"
@@ -153,7 +152,7 @@ def config_from_dict(data: dict[str, Any], *, where: str) -> Any:
 
     model_type = data.get("model_type")
     if not isinstance(model_type, str) or not model_type:
-        raise ModelLoadError(f"{where} has no 'model_type'; is it a transformers config.json?")
+        raise ModelLoadError(key="error.estimator.no_model_type", where=where)
     kwargs = {k: v for k, v in data.items() if k != "model_type"}
     sizes = {name: kwargs.get(key) for name, key in (("layers", "num_hidden_layers"), ("hidden", "hidden_size"), ("heads", "num_attention_heads"),
                                                      ("intermediate", "intermediate_size"), ("vocab", "vocab_size"))}
@@ -162,13 +161,10 @@ def config_from_dict(data: dict[str, Any], *, where: str) -> Any:
         return AutoConfig.for_model(model_type, **kwargs)
     except ValueError as exc:
         if "recognize" in str(exc).lower():  # "Unrecognized model ...": an unknown model_type
-            raise ModelLoadError(
-                f"transformers does not know model_type {model_type!r} ({where}); it may need remote code. "
-                "Enter its architecture manually instead."
-            ) from exc
-        raise ModelLoadError(f"{where} is not a valid {model_type} configuration: {exc}") from exc
+            raise ModelLoadError(key="error.estimator.unknown_model_type", model_type=repr(model_type), where=where) from exc
+        raise ModelLoadError(key="error.estimator.invalid_config", where=where, model_type=model_type, detail=str(exc)) from exc
     except Exception as exc:  # transformers 5 validates configs (strict dataclasses) with its own error types
-        raise ModelLoadError(f"{where} is not a valid {model_type} configuration: {_first_line(exc)}") from exc
+        raise ModelLoadError(key="error.estimator.invalid_config", where=where, model_type=model_type, detail=_first_line(exc)) from exc
 
 
 def _first_line(exc: BaseException) -> str:

@@ -35,19 +35,19 @@ from typing import Any
 import numpy as np
 
 from ..config import GgufSettings
-from ..errors import EngineError
+from ..errors import EngineError, Phrase
 
 # transformers model_type -> llama.cpp architecture
 GGUF_ARCHS = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "compact_llm": "gpt2"}
 INFO_FILE = "gguf_info.json"
-_INSTALL = "pip install -r requirements.txt (it pins gguf)"
+_INSTALL = "pip install -r requirements.txt"
 
 
 def _gguf() -> Any:
     try:
         import gguf
     except ImportError as exc:
-        raise EngineError(f"GGUF export needs the gguf package: {_INSTALL}") from exc
+        raise EngineError(key="error.gguf.needs_package", install=_INSTALL) from exc
     return gguf
 
 
@@ -55,22 +55,22 @@ def _read_config(folder: Path) -> dict[str, Any]:
     try:
         data = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise EngineError(f"There is no readable config.json in {folder.name}: nothing to export to GGUF.") from exc
+        raise EngineError(key="error.gguf.no_config", folder=folder.name) from exc
     return data if isinstance(data, dict) else {}
 
 
-def gguf_support(config: dict[str, Any]) -> str | None:
-    """None when a model with this config.json can be written to GGUF; otherwise the reason, in words."""
+def gguf_support(config: dict[str, Any]) -> Phrase | None:
+    """None when a model with this config.json can be written to GGUF; otherwise the reason, in words (a Phrase: English
+    as a str, `render(lang)` in the page's language)."""
     mtype = config.get("model_type")
     if mtype not in GGUF_ARCHS:
-        return (f"GGUF export covers Llama, Mistral, Qwen2 and the built-in compact models; this model is {mtype or 'of unknown type'}, "
-                "whose tensors have no mapping onto a llama.cpp architecture here. Export it to ONNX, or push it to the Hub.")
+        return Phrase("error.gguf.architecture", type=str(mtype)) if mtype else Phrase("error.gguf.architecture_unknown")
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
     if rope_type not in ("default", "llama3", "linear"):
-        return f"GGUF export: RoPE scaling {rope_type!r} is not written by this exporter (only none, linear and llama3)."
+        return Phrase("error.gguf.rope", rope=repr(rope_type))
     if mtype == "compact_llm" and config.get("num_key_value_heads") not in (None, config.get("num_attention_heads")):
-        return "GGUF export: this compact model shares key/value heads, which llama.cpp's GPT-2 does not have."
+        return Phrase("error.gguf.compact_kv")
     return None
 
 
@@ -81,7 +81,7 @@ def _tensors(folder: Path) -> Iterator[tuple[str, np.ndarray]]:
 
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise EngineError(f"{folder.name} holds no .safetensors weights: nothing to export to GGUF.")
+        raise EngineError(key="error.gguf.no_weights", folder=folder.name)
     for file in files:
         with safe_open(str(file), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
@@ -157,7 +157,7 @@ def _llama_like_tensors(folder: Path, cfg: dict[str, Any], arch: str) -> Iterato
             continue  # recomputed by llama.cpp / the same tensor as the embedding
         new = name_map.get_name(name, try_suffixes=(".weight", ".bias"))
         if new is None:
-            raise EngineError(f"GGUF export: tensor {name} has no llama.cpp name for architecture {arch}.")
+            raise EngineError(key="error.gguf.tensor_name", name=name, arch=arch)
         if arch == "llama" and name.endswith(("q_proj.weight", "q_proj.bias")):
             data = _permute(data, n_head, n_head)
         elif arch == "llama" and name.endswith(("k_proj.weight", "k_proj.bias")):
@@ -239,12 +239,12 @@ def export_gguf(source: str | Path, out_dir: str | Path, settings: GgufSettings 
     source, out_dir = Path(source), Path(out_dir)
     cfg = _read_config(source)
     if (reason := gguf_support(cfg)) is not None:
-        raise EngineError(reason)
+        raise EngineError(key=reason.key, **reason.params)
     arch = GGUF_ARCHS[cfg["model_type"]]
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(source))
     except (OSError, ValueError) as exc:
-        raise EngineError(f"GGUF export needs the model's tokenizer beside it in {source.name}: {exc}") from exc
+        raise EngineError(key="error.gguf.needs_tokenizer", folder=source.name, detail=str(exc)) from exc
     vocab = vocab_metadata(tokenizer, source, int(cfg["vocab_size"]))
     file_type = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[settings.type]
     gguf_name = f"{name}-{settings.type}.gguf"

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ..config import GgufSettings
-from ..errors import EngineError, Phrase
+from ..errors import ConfigError, EngineError, Phrase
 from ..refs import BUILTIN_PREFIX, MERGED_SUFFIX, RUN_PREFIX
 from .gguf import GgufResult, export_gguf, gguf_support
 from .merge import zip_export
@@ -103,7 +103,9 @@ def gguf_check(ref: str, runs_dir: Path) -> str | None:
                 return None  # a Hub base (or none recorded): its config is checked when the merged model exists
             base_folder, _ = gguf_source(base, runs_dir, merge=False)
             config = json.loads((base_folder / "config.json").read_text(encoding="utf-8"))
-    except (EngineError, OSError, json.JSONDecodeError) as exc:
+    except EngineError as exc:  # the reason in the page's language when it has a key
+        return Phrase(exc.key, **exc.params) if exc.key and not isinstance(exc, ConfigError) else str(exc)
+    except (OSError, json.JSONDecodeError) as exc:
         return str(exc)
     return gguf_support(config)
 

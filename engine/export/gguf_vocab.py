@@ -46,8 +46,7 @@ def _pre_tokenizer_name(tokenizer_json: dict[str, Any]) -> str:
         regex = (steps[0].get("pattern") or {}).get("Regex", "")
         if regex in _SPLIT_NAMES:
             return _SPLIT_NAMES[regex]
-    raise EngineError(f"GGUF export: this tokenizer's pre-tokenizer ({' + '.join(map(str, kinds)) or 'none'}) is not one llama.cpp "
-                      "is known to split text the same way with; the file would tokenize differently from the model's training.")
+    raise EngineError(key="error.gguf.pre_tokenizer", kinds=" + ".join(map(str, kinds)) or "none")
 
 
 def tokenizer_kind(tokenizer_json: dict[str, Any]) -> str:
@@ -58,8 +57,7 @@ def tokenizer_kind(tokenizer_json: dict[str, Any]) -> str:
         return "gpt2"
     if model.get("type") == "BPE" and model.get("byte_fallback"):
         return "llama"
-    raise EngineError(f"GGUF export: the tokenizer is {model.get('type', 'unknown')} (decoder {decoder}); only byte-level BPE "
-                      "(GPT-2, Llama 3, Qwen2 style) and SentencePiece-style BPE with byte fallback (Llama 2, Mistral) are written.")
+    raise EngineError(key="error.gguf.tokenizer_kind", type=str(model.get("type", "unknown")), decoder=str(decoder))
 
 
 def vocab_metadata(tokenizer: Any, tokenizer_dir: Path, n_vocab: int) -> dict[str, Any]:
@@ -70,12 +68,12 @@ def vocab_metadata(tokenizer: Any, tokenizer_dir: Path, n_vocab: int) -> dict[st
     """
     tok_file = Path(tokenizer_dir) / "tokenizer.json"
     if not tok_file.exists():
-        raise EngineError("GGUF export needs a fast tokenizer (tokenizer.json) beside the model.")
+        raise EngineError(key="error.gguf.fast_tokenizer")
     tokenizer_json = json.loads(tok_file.read_text(encoding="utf-8"))
     kind = tokenizer_kind(tokenizer_json)
     vocab = tokenizer.get_vocab()
     if len(vocab) > n_vocab:
-        raise EngineError(f"GGUF export: the tokenizer has {len(vocab)} tokens but the model's embedding only {n_vocab} rows.")
+        raise EngineError(key="error.gguf.vocab_rows", n=len(vocab), rows=n_vocab)
     by_id = {i: t for t, i in vocab.items()}
     added = tokenizer.added_tokens_decoder  # id -> AddedToken (special or not)
     tokens: list[str] = []

@@ -56,16 +56,14 @@ def check_repo_id(repo_id: str) -> str:
     from huggingface_hub.utils import validate_repo_id
 
     repo = (repo_id or "").strip()
-    allowed = ("owner/name (your user or organization name, a slash, then the model name: letters, digits, "
-               "'-', '_' and '.', at most 96 characters, e.g. alice/qwen-dates-lora)")
     if repo.startswith(HUB_URL + "/"):  # a pasted address is fine
         repo = repo[len(HUB_URL) + 1:].strip("/")
     if repo.count("/") != 1:
-        raise ConfigError("repo_id", repo_id, allowed)
+        raise ConfigError("repo_id", repo_id, allowed_key="error.hub_fields.repo_id")
     try:
         validate_repo_id(repo)
     except HFValidationError:
-        raise ConfigError("repo_id", repo_id, allowed) from None
+        raise ConfigError("repo_id", repo_id, allowed_key="error.hub_fields.repo_id") from None
     return repo
 
 
@@ -106,7 +104,7 @@ def push_source(run_dir: Path, what: str | None = None) -> tuple[str, Path]:
     if what is None or what == "":
         what = "adapter" if has_adapter else "model"
     if what not in PUSH_WHATS:
-        raise ConfigError("what", what, "adapter, merged or model")
+        raise ConfigError("what", what, allowed_key="error.hub_fields.what")
     if what == "adapter":
         if has_model:
             raise HubError(key="error.push.full_no_adapter", run=name)
@@ -258,7 +256,7 @@ def push_run(
     run_dir = Path(run_dir)
     repo = check_repo_id(repo_id)
     if license is not None and license.strip() and not re.match(r"^[a-z0-9][a-z0-9.+-]{0,63}$", license.strip()):
-        raise ConfigError("license", license, "a Hub license id such as apache-2.0, mit or llama3.1 (empty = unknown, omitted)")
+        raise ConfigError("license", license, allowed_key="error.hub_fields.license")
     try:
         what, source = push_source(run_dir, what)
         needs_merge = False
@@ -272,7 +270,7 @@ def push_run(
 
         gguf_settings = GgufSettings(type=gguf)  # ConfigError naming the field for a wrong type
         if what == "adapter":
-            raise ConfigError("gguf", gguf, "no GGUF with an adapter (a GGUF holds a whole model): push what = merged or model with it")
+            raise ConfigError("gguf", gguf, allowed_key="error.hub_fields.gguf_adapter")
     token = resolve_token(token, use_env=use_env_token)
     if hub_offline():
         raise HubError(key="error.push.offline")

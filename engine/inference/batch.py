@@ -94,12 +94,12 @@ def parse_prompts(text: str | None, file_path: str | None) -> list[str]:
         raise DataError(key="playground.error.batch_text_and_file")
     if file_path:
         prompts = _prompts_from_file(Path(file_path))
-        where = {"key": "playground.error.batch_no_prompts_file", "file": Path(file_path).name}
+        where = DataError(key="playground.error.batch_no_prompts_file", file=Path(file_path).name)
     else:
         prompts = [line.strip() for line in (text or "").splitlines() if line.strip()]
-        where = {"key": "playground.error.batch_no_prompts"}
+        where = DataError(key="playground.error.batch_no_prompts")
     if not prompts:
-        raise DataError(**where)
+        raise where
     if len(prompts) > MAX_PROMPTS:
         raise DataError(key="playground.error.batch_too_many", n=len(prompts), limit=MAX_PROMPTS)
     return prompts
@@ -239,7 +239,7 @@ def batch_generate(
 
     t0 = time.perf_counter()
     if isinstance(prompts, str):
-        raise GenerationError("prompts must be a list of strings: use parse_prompts to split a text.")
+        raise GenerationError(key="error.inference.prompts_list")
     prompts = list(prompts)
     if not prompts:
         raise GenerationError(key="playground.error.batch_no_prompts")
@@ -248,7 +248,7 @@ def batch_generate(
     if isinstance(micro_batch, float) and micro_batch.is_integer():
         micro_batch = int(micro_batch)  # a UI number field may deliver 8.0
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or not 1 <= micro_batch <= MAX_MICRO_BATCH:
-        raise EngineError(f"micro_batch = {micro_batch!r} is not allowed: use 1 to {MAX_MICRO_BATCH}.")
+        raise EngineError(key="error.inference.micro_batch", value=repr(micro_batch), max=MAX_MICRO_BATCH)
     model, tokenizer = loaded.model, loaded.tokenizer
     encoded = _encode_all(loaded, prompts, chat)
     eos_ids = end_token_ids(loaded)

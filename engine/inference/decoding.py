@@ -72,11 +72,9 @@ def encode_prompt(loaded: LoadedModel, prompt: str | list[dict[str, Any]], chat:
         if not any(m["content"].strip() for m in messages):
             raise GenerationError(key="playground.error.empty_conversation")
         if not chat:
-            raise GenerationError("A list of chat messages needs chat=True (raw completion takes a string).")
+            raise GenerationError(key="error.inference.messages_need_chat")
     if not getattr(tokenizer, "chat_template", None):
-        raise GenerationError(
-            "This tokenizer has no chat template; load the model with load_model (it adds one) or use raw completion."
-        )
+        raise GenerationError(key="error.inference.no_chat_template")
     try:
         enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     except Exception as exc:  # jinja2 TemplateError and friends: the template rejected these messages

@@ -220,9 +220,9 @@ def task_accuracy(loaded: LoadedModel, *, n: int | None = None, max_new_tokens: 
     try:
         items = date_items("test", n)
     except ValueError as exc:
-        raise EngineError(f"n = {n!r} is not allowed: {exc}.") from exc
+        raise EngineError(key="error.inference.task_n", n=repr(n), max=len(date_items("test"))) from exc
     if not items:
-        raise EngineError("n = 0: ask for at least one test item.")
+        raise EngineError(key="error.inference.task_n_zero")
     ctx, tokenizer = loaded.context_length, loaded.tokenizer
     if ctx is not None:
         # The prompts exactly as evaluate_task renders them (same helper), to check they leave room to answer:

@@ -25,13 +25,13 @@ def _load_presets() -> dict[str, dict[str, Any]]:
     try:
         data = yaml.safe_load(GENERATION_PRESETS_FILE.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise EngineError(f"Cannot read the generation presets ({name}): {exc}") from exc
+        raise EngineError(key="error.inference.presets_unreadable", file=name, detail=str(exc)) from exc
     presets = data.get("presets") if isinstance(data, dict) else None
     if not isinstance(presets, dict) or not presets:
-        raise EngineError(f"{name} must have a non-empty 'presets' mapping.")
+        raise EngineError(key="error.inference.presets_empty", file=name)
     for key, entry in presets.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("description"), str) or not isinstance(entry.get("settings"), dict):
-            raise EngineError(f"Generation preset {key!r} in {name} needs a one-line 'description' and a 'settings' mapping.")
+            raise EngineError(key="error.inference.preset_shape", preset=repr(key), file=name)
         from_dict(GenerationSettings, entry["settings"], where=f"preset {key}: ")  # fail at load, not on click
     return {str(k): {"description": v["description"].strip(), "settings": dict(v["settings"])} for k, v in presets.items()}
 
@@ -46,6 +46,6 @@ def apply_preset(name: str, settings: GenerationSettings | None = None) -> Gener
     name (max new tokens, seed, stop strings) are kept. Raises ConfigError for an unknown name."""
     presets = _load_presets()
     if name not in presets:
-        raise ConfigError("preset", name, "one of " + ", ".join(presets))
+        raise ConfigError("preset", name, allowed_key="message.allowed.choices", choices=list(presets))
     base = to_dict(settings if settings is not None else GenerationSettings())
     return from_dict(GenerationSettings, {**base, **presets[name]["settings"]})

@@ -42,12 +42,7 @@ from ..hardware.device import DeviceInfo
 def check_device(device: DeviceInfo) -> None:
     """Raise ConfigError unless int8-dynamic can run on `device` (the CPU)."""
     if device.kind != "cpu":
-        raise ConfigError(
-            "quant.mode",
-            "int8-dynamic",
-            f"none, 8bit or 4bit on a GPU ({device.name}): torch's dynamic int8 kernels run on the CPU only. "
-            "On a GPU, 8bit (bitsandbytes LLM.int8) gives the same memory saving and 4bit saves more",
-        )
+        raise ConfigError("quant.mode", "int8-dynamic", allowed_key="error.cpu_quant.gpu", gpu=device.name)
 
 
 def quantize_int8_dynamic(model: torch.nn.Module) -> torch.nn.Module:
@@ -58,9 +53,8 @@ def quantize_int8_dynamic(model: torch.nn.Module) -> torch.nn.Module:
     """
     param = next(model.parameters(), None)
     if param is not None and (param.device.type != "cpu" or param.dtype != torch.float32):
-        raise ConfigError(
-            "quant.mode", "int8-dynamic", f"an fp32 model on the CPU (this one is {param.dtype} on {param.device})"
-        )
+        raise ConfigError("quant.mode", "int8-dynamic", allowed_key="error.cpu_quant.fp32_cpu", dtype=str(param.dtype).removeprefix("torch."),
+                          device=str(param.device))
     model.eval()
     # transformers maps the safetensors file into memory, and a tensor left pointing into it keeps the whole
     # file mapped, with every page the quantizer read resident: the process would hold the fp32 checkpoint

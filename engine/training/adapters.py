@@ -26,7 +26,7 @@ def lora_targets(model: torch.nn.Module, spec: str) -> str | list[str]:
     wanted = [n for n in ATTENTION_NAMES if n in leaf_names] if spec == "attention" else spec.split(",")
     missing = [n for n in wanted if n not in leaf_names]
     if not wanted or missing:
-        raise ConfigError("lora.targets", spec, "module names that exist in this model: " + ", ".join(sorted(leaf_names)))
+        raise ConfigError("lora.targets", spec, allowed_key="error.adapters.targets", names=", ".join(sorted(leaf_names)))
     return wanted
 
 
@@ -63,7 +63,7 @@ def continue_adapter(model: Any, events: EventLog) -> Any:
             param.requires_grad_(True)
             n += param.numel()
     if n == 0:
-        raise ConfigError("base_model", "run:…", "a run whose adapter has LoRA weights to continue")
+        raise ConfigError("base_model", "run:…", allowed_key="error.adapters.no_lora_weights")
     peft_cfg = model.peft_config[model.active_adapter]
     events.write("phase", phase=f"continuing the previous run's adapter (r={peft_cfg.r}, alpha={peft_cfg.lora_alpha}, "
                  f"{n:,} trainable weights); the LoRA settings of this form are not used")

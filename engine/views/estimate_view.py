@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from ..config import MemoryQuery
-from ..errors import EngineError
+from ..errors import EngineError, for_people
 from ..estimator import memory
 from ..estimator.catalog import HardwareTier, catalog_lookup, choice_label, tier_by_name
 from ..estimator.handoff import train_values_from_query
@@ -104,7 +104,7 @@ def totals_md(q: MemoryQuery, est: memory.MemoryEstimate, lang: str = "en", chos
     optimizer state, what must stay on the GPU, what can page out and what paging costs on the `chosen` card. On a CPU
     card, which is which in CPU words (the Python runtime, not a CUDA context; no nvidia-smi)."""
     md = (t("estimator.totals.head", lang, allocated=_n(est.allocated_gib, lang), total=_n(est.total_gib, lang))
-          + "\n\n" + t("estimator.totals.model", lang, model=_shown_model(q, est), params=_count(est.params, lang), trainable=_count(est.trainable_params, lang),
+          + "\n\n" + t("estimator.totals.model", lang, model=for_people(_shown_model(q, est), lang), params=_count(est.params, lang), trainable=_count(est.trainable_params, lang),
                        effective=fmt_number(q.batch * q.grad_accum, lang), phase=t(f"estimator.phase.{est.phase.replace(' ', '_')}", lang))
           + "\n\n" + band_line(est, lang) + "\n\n" + t("estimator_cpu.which" if cpu_tier(chosen) else "estimator.totals.which", lang))
     if q.distributed != "none" and q.gpus > 1 and q.task != "inference":

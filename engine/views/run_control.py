@@ -156,7 +156,7 @@ def gguf_note(jobs: JobManager, name: str | None, lang: str = "en") -> str:
         return ""
     reason = gguf_check(name, jobs.runs_dir)
     if reason:
-        return t("finetune.control.gguf_unavailable", lang, name=name, reason=reason)
+        return t("finetune.control.gguf_unavailable", lang, name=name, reason=for_people(reason, lang))
     merged = (jobs.runs_dir / name / "adapter").exists() and not (jobs.runs_dir / name / "merged" / "config.json").exists()
     return t("finetune.control.gguf_merge_first" if merged else "finetune.control.gguf_ready", lang, name=name)
 
