@@ -481,3 +481,39 @@ def test_an_uploaded_configs_label_follows_the_language(tmp_path):
     assert est.model == "config.json (uploaded config)" and for_people(est.model, "pt-BR") == "config.json (config enviado)"
     q = config.MemoryQuery(model=str(path), task="inference")
     assert "config.json (config enviado)" in totals_md(q, est, "pt-BR") and "config.json (uploaded config)" in totals_md(q, est, "en")
+
+
+# ---- the last texts a visitor could meet in English (visitor_error.*) ----
+
+def test_fp16_refused_for_a_family_in_both_languages():
+    from engine.hardware.device import DeviceInfo, resolve_dtype
+
+    t4 = DeviceInfo("cuda", "Tesla T4", 14.58, False, (7, 5))
+    with pytest.raises(ConfigError) as err:
+        resolve_dtype("fp16", t4, field="precision", model_type="gemma2")
+    en, pt = err.value.render("en"), err.value.render("pt-BR")
+    assert "fp32 or auto" in en and "Gemma" in en and "https://" in en
+    assert "fp32 ou auto" in pt and "o fp16 estoura" in pt and "Gemma" in pt
+
+
+def test_gpu_busy_curriculum_preset_and_modelfile_in_both_languages():
+    from engine.config import TrainConfig
+    from engine.data import curriculum
+    from engine.errors import GenerationError
+    from engine.estimator.recipes import apply_recipe
+    from engine.export.modelfile import modelfile_text
+    from engine.hardware.coexist import check_room_to_generate
+
+    with pytest.raises(GenerationError) as err:
+        check_room_to_generate(8.0, training_run="lora-1", free_gib=2.0)
+    assert "is using the GPU" in err.value.render("en") and "está usando a GPU" in err.value.render("pt-BR")
+    cfg = TrainConfig(method="scratch", base_model="builtin:compact-mini", dataset="builtin:corpus", curriculum="short-to-long")
+    with pytest.raises(ConfigError) as err:
+        curriculum.check_applicable(cfg, chunked=True)
+    assert "plain-text data" in err.value.render("en") and "texto puro" in err.value.render("pt-BR")
+    with pytest.raises(ConfigError) as err:
+        apply_recipe({"base_model": "builtin:compact-mini"}, "cpu-64gb", "builtin:compact-mini")  # a card without a recipe
+    assert "a card with a recipe" in err.value.render("en") and "uma placa com receita" in err.value.render("pt-BR")
+    with pytest.raises(EngineError) as err:
+        modelfile_text("m.gguf", None, ['say "stop"'], "balanced", 512)
+    assert "double quote" in err.value.render("en") and "aspas duplas" in err.value.render("pt-BR")

@@ -121,6 +121,5 @@ def check_applicable(cfg: TrainConfig, chunked: bool) -> None:
     """A curriculum needs separate samples; plain text is cut into equal blocks that mix rows."""
     if chunked and cfg.curriculum != "none":
         raise ConfigError(
-            "curriculum", cfg.curriculum,
-            "'none' for plain-text data and training from scratch (the text is cut into equal blocks that mix rows)",
+            "curriculum", cfg.curriculum, allowed_key="visitor_error.curriculum_chunked", owner="TrainConfig",
         )

@@ -81,7 +81,7 @@ def apply_recipe(cfg_values: dict[str, Any], tier: str, model: str) -> AppliedRe
     t = tier_by_name(tier)
     found = recipes_for(t.name)
     if not found:
-        raise ConfigError("tier", tier, "a tier with a recipe: " + ", ".join(n for _, n in tier_choices() if n != AUTO))
+        raise ConfigError("tier", tier, allowed_key="visitor_error.preset_tier", tiers=[n for _, n in tier_choices() if n != AUTO])
     recipe = found[0]
     values = {**dict(cfg_values), **recipe.settings, "base_model": model}
     changes: list[str] = []

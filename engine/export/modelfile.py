@@ -160,7 +160,7 @@ def modelfile_text(gguf_name: str, tokenizer: Any, stops: list[str], preset: str
     """(the Modelfile, whether it has a checked TEMPLATE). gguf_name: the file beside it; stops: end tokens; adds_bos: the
     GGUF says to add the bos token to every prompt (llama.cpp then adds it, so the template must not write it too)."""
     if '"' in "".join(stops):
-        raise EngineError("A stop token contains a double quote, which a Modelfile cannot hold.")
+        raise EngineError(key="visitor_error.modelfile_quote")
     lines = ["# Ollama Modelfile written by Compact LLM Lab. Use it with:", "#   ollama create my-model -f Modelfile && ollama run my-model",
              "", f"FROM ./{gguf_name}", ""]
     layout = chat_layout(tokenizer)

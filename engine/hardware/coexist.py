@@ -23,10 +23,7 @@ def check_room_to_generate(need_weights_gib: float, *, training_run: str | None,
         return
     need = need_weights_gib * MARGIN + 0.5
     if need > free_gib:
-        raise GenerationError(
-            f"Training run '{training_run}' is using the GPU: {free_gib:.1f} GiB are free and this model needs about "
-            f"{need:.1f} GiB. Wait for the run to finish (or stop it: it resumes from its checkpoint), or load the model in 4-bit."
-        )
+        raise GenerationError(key="visitor_error.gpu_busy", run=training_run, free=round(free_gib, 1), need=round(need, 1))
 
 
 def cuda_free_gib() -> float | None:

@@ -46,7 +46,7 @@ from typing import Literal
 import torch
 import yaml
 
-from ..errors import ConfigError
+from ..errors import ConfigError, Phrase
 from ..i18n import t
 
 DeviceKind = Literal["cuda", "cpu"]
@@ -183,7 +183,7 @@ def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str =
             if rule is None:
                 return torch.float16
             if rule.policy == "refuse":
-                raise ConfigError(field, choice, _fp16_advice(rule, model_type, device, allow_fp32=False))
+                raise _fp16_refusal(field, choice, rule, model_type, device, allow_fp32=False)
             return torch.float32  # fp16 would overflow for this family and there is no bf16: fp32 compute
         return torch.bfloat16 if device.bf16_fast else torch.float32
     if choice not in _DTYPES:
@@ -197,7 +197,7 @@ def resolve_dtype(choice: str, device: DeviceInfo | None = None, *, field: str =
                               gpu=device.name, cap=cap)
         raise ConfigError(field, choice, allowed_key="error.allowed.no_bf16_cpu")
     if choice == "fp16" and rule is not None and device.gpu_policy:
-        raise ConfigError(field, choice, _fp16_advice(rule, model_type, device, allow_fp32=rule.policy == "fp32"))
+        raise _fp16_refusal(field, choice, rule, model_type, device, allow_fp32=rule.policy == "fp32")
     if choice == "fp16" and device.kind == "cpu" and not device.fp16_amp_standin:
         raise ConfigError(field, choice, allowed_key="error.allowed.fp16_cpu")
     return _DTYPES[choice]
@@ -238,14 +238,15 @@ def master_dtype(method: str, dtype: torch.dtype, device: DeviceInfo) -> torch.d
     return dtype
 
 
-def _fp16_advice(rule: Fp16Rule, model_type: str | None, device: DeviceInfo, *, allow_fp32: bool) -> str:
-    """What to choose instead of fp16 for an fp16-unsafe family, and why (the ConfigError's `allowed`)."""
+def _fp16_refusal(field: str, choice: str, rule: Fp16Rule, model_type: str | None, device: DeviceInfo, *, allow_fp32: bool) -> ConfigError:
+    """fp16 refused for an fp16-unsafe family: what to choose instead, and why, in the reader's language (the family's
+    reason itself is quoted from presets/precision.yaml, with its source)."""
     if allow_fp32:
-        options = "bf16 or fp32" if device.bf16 else "fp32 or auto (auto computes this family in fp32 on a GPU without bf16)"
+        options = "bf16_or_fp32" if device.bf16 else "fp32_or_auto"
     else:
-        options = "bf16" if device.bf16 else "a GPU with bf16 (compute capability 8.0+)"
-    return (f"{options} for {rule.name} (model_type {model_type}) — fp16 overflows: {rule.why} (see {rule.source[0]}). "
-            "Or pick a model of another family (Llama, Qwen2.5 and SmolLM2 train well in fp16)")
+        options = "bf16" if device.bf16 else "bf16_gpu"
+    return ConfigError(field, choice, allowed_key="visitor_error.fp16_family", options=Phrase(f"visitor_error.fp16_options.{options}"),
+                       family=rule.name, model_type=model_type or "?", why=rule.why, source=rule.source[0])
 
 
 def dtype_name(dtype: torch.dtype) -> str:
