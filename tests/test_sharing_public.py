@@ -200,7 +200,7 @@ def test_the_estimator_refuses_a_server_config_alike_whether_it_exists(shared, t
     for path in (drive / "config.json", tmp_path / "drive" / "no-such" / "config.json"):
         with pytest.raises(ConfigError) as err:
             memory.estimate(MemoryQuery(model=str(path)))
-        answers.append(str(err.value).replace(str(path), "<path>"))
+        answers.append(str(err.value).replace(str(path), "<path>").replace(str(path)[:77] + "...", "<path>"))  # whole or shortened
     assert answers[0] == answers[1] and "uploaded through the form" in answers[0] and "PRIVATE" not in answers[0]
     mine, theirs = _upload(tmp_path / "runs", "alice", "config.json", TINY), _upload(tmp_path / "runs", "bob", "bob.json", TINY)
     from engine.views.uploads import session_dir

@@ -36,7 +36,7 @@ def needs_internet_now(ref: str | None, online: bool | None = None) -> bool:
 
 def marked(label: str, ref: str, online: bool, lang: str = "en") -> str:
     """A model list's label, with "needs the internet" after it when the model would have to be downloaded offline."""
-    return f"{label} · 🌐 {t('hub_offline.mark', lang)}" if not online and needs_internet_now(ref, online) else label
+    return f"{label} · {t('hub_offline.mark', lang)}" if not online and needs_internet_now(ref, online) else label
 
 
 def offline_note(ref: str | None, lang: str = "en", online: bool | None = None) -> str:

@@ -28,10 +28,10 @@ def test_which_references_download_from_the_hub():
 def test_the_estimator_list_marks_hub_models_offline_in_both_languages():
     en = dict((v, label) for label, v in estimate_view.model_choices("en"))
     pt = dict((v, label) for label, v in estimate_view.model_choices("pt-BR"))
-    assert en[estimate_view.DEFAULT_MODEL].endswith("🌐 needs the internet") and pt["llama-3.1-8b"].endswith("🌐 precisa de internet")
+    assert en[estimate_view.DEFAULT_MODEL].endswith(" · needs the internet") and pt["llama-3.1-8b"].endswith(" · precisa de internet")
     assert en["builtin:compact-mini"] == "builtin:compact-mini"  # the built-in models work offline
     online = dict((v, label) for label, v in estimate_view.model_choices("en", online=True))
-    assert "🌐" not in "".join(online.values())
+    assert "internet" not in "".join(online.values())
 
 
 def test_a_model_in_the_local_cache_is_not_marked(monkeypatch):
@@ -47,7 +47,7 @@ def test_the_hand_off_and_the_form_offer_the_built_in_model(tmp_path):
     text = finetune_form.prediction_or_warning(lambda: cfg, tmp_path)
     assert text.startswith("⚠ **Qwen/Qwen2.5-1.5B-Instruct** is downloaded from the Hugging Face Hub") and "`builtin:compact-mini`" in text
     assert "GiB" in text  # the prediction is still there, under the note
-    assert "🌐" not in finetune_form.prediction_or_warning(lambda: TrainConfig(), tmp_path)
+    assert "needs the internet" not in finetune_form.prediction_or_warning(lambda: TrainConfig(), tmp_path)
     assert "Hugging Face Hub" not in finetune_form.prediction_or_warning(lambda: TrainConfig(), tmp_path)
 
 
@@ -61,5 +61,5 @@ def test_start_refuses_a_hub_model_offline_at_once_in_the_visitors_language():
 def test_the_fine_tune_lists_mark_hub_models_offline():
     refs = ["builtin:compact-mini", "run:mine", "Qwen/Qwen2.5-0.5B"]
     assert offline.marked_choices(refs, "pt-BR") == [("builtin:compact-mini", "builtin:compact-mini"), ("run:mine", "run:mine"),
-                                                     ("Qwen/Qwen2.5-0.5B · 🌐 precisa de internet", "Qwen/Qwen2.5-0.5B")]
+                                                     ("Qwen/Qwen2.5-0.5B · precisa de internet", "Qwen/Qwen2.5-0.5B")]
     assert offline.marked_choices(refs, online=True) == [(r, r) for r in refs]
