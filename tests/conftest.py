@@ -59,6 +59,26 @@ def wait_for_no_live_run(runs: Path, timeout: float = 120.0) -> None:
 
 
 @contextlib.contextmanager
+def stop_requested_at(step: int):
+    """Inside the block, a training run asks itself to stop (its STOP file) after optimizer step `step`, as the page's
+    Stop does: the run saves a checkpoint there and exits as "stopped"."""
+    from engine.training import callbacks
+
+    real = callbacks.StopFileCallback.on_step_end
+
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step == step:
+            self.stop_file.write_text("stop")
+        return real(self, args, state, control, **kw)
+
+    callbacks.StopFileCallback.on_step_end = on_step_end
+    try:
+        yield
+    finally:
+        callbacks.StopFileCallback.on_step_end = real
+
+
+@contextlib.contextmanager
 def running_app(runs: Path, *, launch: dict | None = None, **build_kwargs):
     """The whole app, launched in-process on a free local port (as `python app.py` serves it); closed on exit.
     launch: more arguments for demo.launch (auth, max_file_size...)."""

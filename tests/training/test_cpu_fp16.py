@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import EXCHANGES, build_tiny_hf_model, write_jsonl
+from conftest import EXCHANGES, build_tiny_hf_model, stop_requested_at, write_jsonl
 from transformers import TrainerCallback
 
 from engine.config import TrainConfig
@@ -171,25 +171,16 @@ def test_scaler_state_is_checkpointed_and_restored_on_resume(which, method, stan
     """Stopped after 3 steps (scale grown to 2048, one good step towards the next growth): checkpoint-3 holds
     scaler.pt, the resumed Trainer starts from its scale (a fresh one would start at 1024) and grows on the very next
     step, as the uninterrupted run would."""
-    from engine.training import callbacks
 
     cfg = TrainConfig(method=method, base_model=_base(which, tiny_llama), dataset=data, run_name=f"fp16-resume-{which}-{method}",
                       max_steps=5, save_steps=100, **FAST)
     run_dir = standin / cfg.run_name
-    real_on_step_end = callbacks.StopFileCallback.on_step_end
-
-    def stop_at_3(self, args, state, control, **kw):
-        if state.global_step == 3:
-            self.stop_file.write_text("stop")
-        return real_on_step_end(self, args, state, control, **kw)
-
-    monkeypatch.setattr(callbacks.StopFileCallback, "on_step_end", stop_at_3)
-    stopped = run_training(cfg, run_dir, runs_dir=standin)
+    with stop_requested_at(3):
+        stopped = run_training(cfg, run_dir, runs_dir=standin)
     assert stopped["type"] == "stopped" and stopped["checkpoint"] == "checkpoint-3"
     saved = torch.load(run_dir / "checkpoint-3" / "scaler.pt", weights_only=True)
     assert saved["scale"] == 2048.0 and saved["_growth_tracker"] == 1
 
-    monkeypatch.setattr(callbacks.StopFileCallback, "on_step_end", real_on_step_end)
     probe = _probe(monkeypatch)
     done = run_training(cfg, run_dir, runs_dir=standin, resume=True)
     assert done["type"] == "done" and done["steps"] == 5

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import stop_requested_at
 
 from engine.config import GenerationSettings, QuantSettings, TrainConfig
 from engine.errors import ConfigError
@@ -319,24 +320,13 @@ def test_pretrained_student_with_the_teachers_vocabulary(runs_dir):
 def test_stopped_distill_run_resumes(runs_dir):
     """Stop after step 1 (a checkpoint of the student is saved), resume: the teacher is loaded again and the run finishes."""
     from engine.runs import read_events
-    from engine.training import callbacks
     from engine.training.run import run_training
 
     cfg = TrainConfig(method="distill", base_model="builtin:compact-mini", teacher_model="builtin:compact-mini", dataset="builtin:instructions",
                       max_steps=3, micro_batch_size=2, max_seq_len=32, logging_steps=1, save_steps=100, eval_fraction=0.0, run_name="t-distill-stop")
     run_dir = runs_dir / cfg.run_name
-    orig = callbacks.StopFileCallback.on_step_end
-
-    def stop_at_1(self, args, state, control, **kw):
-        if state.global_step == 1:
-            self.stop_file.write_text("stop")
-        return orig(self, args, state, control, **kw)
-
-    callbacks.StopFileCallback.on_step_end = stop_at_1
-    try:
+    with stop_requested_at(1):
         stopped = run_training(cfg, run_dir, runs_dir=runs_dir)
-    finally:
-        callbacks.StopFileCallback.on_step_end = orig
     assert stopped["type"] == "stopped" and stopped["checkpoint"] == "checkpoint-1"
     done = run_training(cfg, run_dir, runs_dir=runs_dir, resume=True)
     assert done["type"] == "done" and done["steps"] == 3

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import stop_requested_at
 
 from engine.config import TrainConfig
 from engine.runs import read_events
@@ -71,20 +72,9 @@ def test_grpo_stops_at_a_checkpoint_and_resumes(runs_dir):
                       **{**GRPO, "max_steps": 4, "save_steps": 100})
     run_dir = runs_dir / cfg.run_name
     run_dir.mkdir()
-    from engine.training import callbacks
 
-    orig = callbacks.StopFileCallback.on_step_end
-
-    def stop_at_2(self, args, state, control, **kw):
-        if state.global_step == 2:
-            self.stop_file.write_text("stop")
-        return orig(self, args, state, control, **kw)
-
-    callbacks.StopFileCallback.on_step_end = stop_at_2
-    try:
+    with stop_requested_at(2):
         stopped = run_training(cfg, run_dir, runs_dir=runs_dir)
-    finally:
-        callbacks.StopFileCallback.on_step_end = orig
     assert stopped["type"] == "stopped" and stopped["checkpoint"] == "checkpoint-2"
     done = run_training(cfg, run_dir, runs_dir=runs_dir, resume=True)
     assert done["type"] == "done" and done["steps"] == 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import stop_requested_at
 
 from engine.config import GenerationSettings, TrainConfig
 from engine.runs import read_events
@@ -61,21 +62,9 @@ def test_stop_file_saves_and_resume_finishes(runs_dir):
                       **{**FAST, "max_steps": 6, "save_steps": 100})
     run_dir = runs_dir / cfg.run_name
     run_dir.mkdir()
-    # A stop requested before the first step: the run saves a checkpoint at step 1 and exits cleanly.
-    from engine.training import callbacks
-
-    orig = callbacks.StopFileCallback.on_step_end
-
-    def stop_at_2(self, args, state, control, **kw):
-        if state.global_step == 2:
-            self.stop_file.write_text("stop")
-        return orig(self, args, state, control, **kw)
-
-    callbacks.StopFileCallback.on_step_end = stop_at_2
-    try:
+    # A stop requested after step 2: the run saves a checkpoint there and exits cleanly.
+    with stop_requested_at(2):
         stopped = run_training(cfg, run_dir, runs_dir=runs_dir)
-    finally:
-        callbacks.StopFileCallback.on_step_end = orig
     assert stopped["type"] == "stopped" and stopped["step"] == 2 and stopped["checkpoint"] == "checkpoint-2"
     done = run_training(cfg, run_dir, runs_dir=runs_dir, resume=True)
     assert done["type"] == "done" and done["steps"] == 6
