@@ -35,12 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .hardware.nvidia import Gpu, describe, find_gpus
+from .hardware.torch_support import MIN_TORCH
 
 ALLOW_CPU_ENV = "COMPACT_LAB_ALLOW_CPU"
 PIP_OPTIONS_ENV = "COMPACT_LAB_PIP_OPTIONS"
 # The runtime torch we keep: from transformers 5.23's floor (torch>=2.6) up to bitsandbytes 0.50's ceiling (torch<3);
 # the app's own tests run on torch 2.13.0 (requirements.txt).
-TORCH_RANGE = ((2, 6), (3, 0))
+TORCH_RANGE = (MIN_TORCH, (3, 0))  # MIN_TORCH: engine/hardware/torch_support.py says what needs it
 # The registry's torch 2.13.0 is built for CUDA 13, which needs this driver (NVIDIA's CUDA 13.0 release notes: 580.65.06).
 CUDA13_DRIVER = (580, 65)
 MENU = {

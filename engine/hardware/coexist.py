@@ -32,5 +32,9 @@ def cuda_free_gib() -> float | None:
 
     if not torch.cuda.is_available():
         return None
+    from .t4 import emulated_free_gib, emulating_t4
+
     free, _total = torch.cuda.mem_get_info()
+    if emulating_t4():  # COMPACT_LAB_EMULATE_T4=1: what a T4's cap leaves, not the big card's free memory
+        return emulated_free_gib(free / 2**30, torch.cuda.memory_reserved())
     return free / 2**30

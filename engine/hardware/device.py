@@ -21,6 +21,10 @@ slow (CPU fp16 kernels are few) and exists so that loss scaling, skipped steps a
 exercised without a GPU. The form, the estimator, the loader and the training run all
 resolve through `resolve_dtype(..., model_type=...)`, so they agree.
 
+Developer switch `COMPACT_LAB_EMULATE_T4=1` (tests and the GPU kit, never the form): on a CUDA card, detection reports
+a T4 (compute capability 7.5, no bf16, 15 GiB) and caps the process at a T4's usable memory, so the T4 decisions run
+on real CUDA (engine/hardware/t4.py). It does nothing without CUDA.
+
 Why fp16 is refused on CPU: most CPU kernels have no fp16 path (they upcast per op or are missing), so an
 fp16 model on CPU is slower than fp32 and fp16 training without a GPU grad scaler diverges easily. bf16 on
 CPU is allowed because torch has real bf16 CPU kernels (AVX512-BF16/AMX make it fast; elsewhere it is
@@ -48,6 +52,10 @@ import yaml
 
 from ..errors import ConfigError, Phrase
 from ..i18n import t
+from .t4 import ENV_EMULATE_T4, T4, cap_process_memory, emulating_t4
+from .torch_support import check_torch
+
+check_torch(torch.__version__)  # one plain message when the runtime's torch is older than the engine needs
 
 DeviceKind = Literal["cuda", "cpu"]
 ENV_CPU_FP16_AMP = "COMPACT_LAB_CPU_FP16_AMP"  # developer switch: the CPU stands in for a GPU without bf16 (module doc)
@@ -138,6 +146,10 @@ def detect_device() -> DeviceInfo:
     """The device new models go to: the first CUDA GPU if there is one, otherwise the CPU."""
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
+        if emulating_t4():  # the developer switch (module doc, engine/hardware/t4.py): a T4 on this card
+            cap_process_memory(0)
+            return DeviceInfo(kind="cuda", name=f"{T4.name} (emulated on {props.name}: {ENV_EMULATE_T4}=1)", total_gib=T4.total_gib,
+                              bf16=False, capability=T4.capability, bf16_fast=False)
         cap = (props.major, props.minor)
         return DeviceInfo(
             kind="cuda",

@@ -239,6 +239,9 @@ def load_model(
         kwargs["quantization_config"] = qconfig
     if device_map == "auto":
         kwargs["offload_folder"] = str(resolve_offload_folder(offload_folder, runs_dir, allow_local_paths))
+        from ..hardware.t4 import emulated_max_memory
+
+        max_memory = max_memory or emulated_max_memory()  # COMPACT_LAB_EMULATE_T4=1: a T4's GPU budget
         if max_memory:
             kwargs["max_memory"] = max_memory
     if device_map is not None:
