@@ -284,6 +284,15 @@ def peak_memory_gib(device: DeviceInfo | None = None) -> float | None:
     return peak / 2**30 if sys.platform == "darwin" else peak / 2**20
 
 
+def peak_reserved_gib(device: DeviceInfo | None = None) -> float | None:
+    """CUDA only: the peak memory torch's caching allocator reserved since the last `reset_peak` (allocated plus its
+    fragmentation: what the estimator's "reserved" figure predicts); None on a CPU."""
+    device = device or detect_device()
+    if device.kind != "cuda" or not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.max_memory_reserved(0) / 2**30, 3)
+
+
 def reset_peak(device: DeviceInfo | None = None) -> None:
     """Start a new peak-memory window (CUDA only; the CPU peak RSS cannot be reset)."""
     device = device or detect_device()

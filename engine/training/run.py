@@ -28,7 +28,7 @@ from ..data.build import TrainData, build_train_data
 from ..data.packing import packed_row_multiple
 from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
 from ..hardware import distributed
-from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak
+from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, peak_reserved_gib, precision_reason, reset_peak
 from ..objectives import OBJECTIVE_METHODS, PREFERENCE_METHODS
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
 from .adapters import prepare_for_method
@@ -116,6 +116,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         final_loss=result.training_loss,
         eval_loss=eval_loss,
         peak_gib=round(peak, 3),
+        peak_reserved_gib=peak_reserved_gib(run.device),  # CUDA: allocated + fragmentation (None on a CPU)
         predicted_gib=prediction["predicted_gib"] if prediction else None,
         duration_s=round(time.time() - run.started, 1),
     )
