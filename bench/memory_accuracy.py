@@ -338,12 +338,40 @@ def cross_validate(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"committed": committed, "fit_on_all": everything}
 
 
-def run(csv_path: Path) -> list[dict[str, Any]]:
+EXTRA_BASE = 10_000  # row numbers of --extra rows start here (ROWS and ADJUST key the published rows from 0)
+
+
+def extra_rows(paths: list[Path]) -> dict[int, tuple[str, str, dict[str, Any], str]]:
+    """ROWS entries for rows measured by this project (bench/gpu_kit/grid.py's grid.csv): each carries its estimator
+    query in its notes after `query=` and is scored on its metric (allocated); rows without a measurement are skipped."""
+    out: dict[int, tuple[str, str, dict[str, Any], str]] = {}
+    i = EXTRA_BASE
+    for path in paths:
+        with open(path, newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                if row.get("measured_gb") and "query=" in row.get("notes", ""):
+                    out[i] = ("report", "alloc", json.loads(row["notes"].split("query=", 1)[1]), "this project's GPU grid")
+                else:
+                    out[i] = ("skip", "", {}, "no measurement")
+                i += 1
+    return out
+
+
+def run(csv_path: Path, extra: list[Path] | None = None) -> list[dict[str, Any]]:
     with open(csv_path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+        rows = list(enumerate(csv.DictReader(fh)))
+    mapping = dict(ROWS)
+    if extra:
+        mapping.update(extra_rows(extra))
+        i = EXTRA_BASE
+        for path in extra:
+            with open(path, newline="", encoding="utf-8") as fh:
+                for row in csv.DictReader(fh):
+                    rows.append((i, row))
+                    i += 1
     out = []
-    for i, row in enumerate(rows):
-        split, metric, qd, note = ROWS.get(i, ("skip", "", {}, "not mapped"))
+    for i, row in rows:
+        split, metric, qd, note = mapping.get(i, ("skip", "", {}, "not mapped"))
         rec: dict[str, Any] = {"row": i, "model": row["model"], "method": row["method"], "split": split, "metric": metric, "note": note,
                                "source": _source_key(row["source"]), "query": q_of(qd) if split != "skip" else None}
         if split != "skip":
@@ -521,12 +549,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-bands", action="store_true", help=f"write the LOSO errors to {accuracy.ACCURACY_FILE.relative_to(ROOT)}")
     ap.add_argument("--simulate", action="store_true", help="compare activations with a fake-tensor trace (CPU, needs peft)")
     ap.add_argument("--simulate-peak", action="store_true", help="compare whole-step peaks with a fake-tensor trace (CPU, needs peft)")
+    ap.add_argument("--extra", type=Path, action="append", default=[],
+                    help="also score rows this project measured (bench/gpu_kit/grid.py's grid.csv: the calibration columns, the "
+                         "estimator query in the notes); the table is printed without them, then with them as a source of their own")
     args = ap.parse_args(argv)
     if args.simulate:
         return simulate_main()
     if args.simulate_peak:
         return simulate_peak_main()
-    records = run(args.csv)
+    if args.extra and not args.json:
+        without = run(args.csv)
+        cross_validate(without)
+        print("Without the rows of --extra:")
+        print(table(without))
+        print(f"\nWith the rows of --extra ({', '.join(str(p) for p in args.extra)}) as a source of their own:")
+    records = run(args.csv, args.extra)
     fits = cross_validate(records)
     if args.json:
         print(json.dumps([{k: v for k, v in r.items() if k != "query"} for r in records], indent=1))

@@ -87,6 +87,9 @@ TARGET_SPEEDUP, TARGET_MEMORY, TARGET_LOSS = 1.5, 1.0, 0.02
 RECIPES = ("plain", "library", "ours")
 ABLATION = ("library-bf16", "ours-fp32")
 CANDIDATES = ("ours-compile", "ours-foreach", "ours-forloop", "ours-chunked")
+# Liger's Triton kernels (transformers' `use_liger_kernel=True`, the liger-kernel package): CUDA only, named with --recipes
+# (the GPU kit's throughput section, bench/gpu_kit/throughput.py, runs it when the kit carries liger-kernel)
+CUDA_ONLY = ("ours-liger",)
 LABELS = {
     "plain": "plain (pad to max, batch 1, fp32)",
     "library": "library default (dynamic padding, fp32)",
@@ -97,6 +100,7 @@ LABELS = {
     "ours-foreach": "candidate: ours with foreach AdamW",
     "ours-forloop": "candidate: ours with for-loop AdamW (torch's CPU default)",
     "ours-chunked": "candidate: ours + chunked loss (1024 positions)",
+    "ours-liger": "candidate: ours + Liger kernels (use_liger_kernel, CUDA)",
 }
 SUITES: dict[str, dict[str, Any]] = {
     "builtin-full": {"model": "builtin", "method": "full", "dataset": "builtin:dates", "micro_batch": 16, "grad_accum": 1,
@@ -257,6 +261,8 @@ def run_worker(recipe: str, spec: dict[str, Any]) -> dict[str, Any]:
                                                      foreach=recipe == "ours-foreach"), None)
         elif recipe == "ours-chunked":
             trainer_cls = type("ChunkedLossTrainer", (ChunkedLoss, trainer_cls), {})
+        elif recipe == "ours-liger":  # the Trainer patches the model with Liger's kernels (RMSNorm, SwiGLU, RoPE, fused loss)
+            args.use_liger_kernel = True
         trainer = trainer_cls(model=model, args=args, train_dataset=data.train, data_collator=collator, processing_class=tokenizer, **extra)
         if device.kind == "cuda":
             torch.cuda.synchronize()
@@ -447,7 +453,7 @@ def _run(recipe: str, spec: dict[str, Any], measure: str) -> dict[str, Any]:
 
 
 def _table(suite: str, results: list[dict[str, Any]], spec: dict[str, Any]) -> tuple[str, bool]:
-    recipes = [r for r in (*RECIPES, *ABLATION, *CANDIDATES) if any(x["recipe"] == r for x in results)]
+    recipes = [r for r in (*RECIPES, *ABLATION, *CANDIDATES, *CUDA_ONLY) if any(x["recipe"] == r for x in results)]
     by = {r: [x for x in results if x["recipe"] == r and x["measure"] == "speed"] for r in recipes}
     mem_by = {r: [x for x in results if x["recipe"] == r and x["measure"] == "memory"] for r in recipes}
     stat = {r: {k: (min(x[k] for x in v), statistics.median(x[k] for x in v)) for k in ("tok_s", "eval_after", "seconds")}
@@ -562,8 +568,8 @@ def main() -> None:
         recipes = (*recipes, *CANDIDATES)
     if args.recipes:
         chosen = tuple(r.strip() for r in args.recipes.split(",") if r.strip())
-        if "ours" not in chosen or not {"plain", "library"} & set(chosen) or set(chosen) - {*RECIPES, *ABLATION, *CANDIDATES}:
-            ap.error(f"--recipes: ours, plain and/or library, and any of {', '.join((*ABLATION, *CANDIDATES))}")
+        if "ours" not in chosen or not {"plain", "library"} & set(chosen) or set(chosen) - {*RECIPES, *ABLATION, *CANDIDATES, *CUDA_ONLY}:
+            ap.error(f"--recipes: ours, plain and/or library, and any of {', '.join((*ABLATION, *CANDIDATES, *CUDA_ONLY))}")
         recipes = chosen
     from engine.hardware.device import detect_device, precision_reason
 

@@ -13,7 +13,7 @@ from typing import Any
 from .common import Context, engine_env
 
 TITLE = "environment"
-CAP_S = 20
+CAP_S = 30
 NEEDS_CUDA = False
 
 
@@ -47,17 +47,19 @@ def run(ctx: Context) -> None:
         device = detect_device()
         part.update(lines=device_lines(device, lang="en"), device=device.name, capability=device.capability, bf16=device.bf16,
                     auto_precision=precision_reason(device, "llama", "en"))
+    if ctx.dry_run or not torch.cuda.is_available():
+        ctx.record("bitsandbytes_selftest", {"status": "skipped", "reason": "needs CUDA"})
+        return
     with ctx.part("bitsandbytes_selftest", min_left_s=15) as part:
         if part is not None:
-            if ctx.dry_run or not torch.cuda.is_available():
-                part["note"] = "not run: needs CUDA"
-            else:
-                # `python -m bitsandbytes` is the library's own diagnostic: the CUDA setup it found and a small 8-bit
-                # and 4-bit self-test on the GPU ("SUCCESS!" at the end when everything works)
-                proc = subprocess.run([sys.executable, "-m", "bitsandbytes"], capture_output=True, text=True, env=engine_env(),
-                                      timeout=max(10.0, min(90.0, ctx.left() - 5)))
-                text = proc.stdout + proc.stderr
-                part.update(returncode=proc.returncode, success="SUCCESS" in text, tail=text[-2500:])
+            # `python -m bitsandbytes` is the library's own diagnostic: the CUDA setup it found and a small 8-bit and
+            # 4-bit self-test on the GPU ("SUCCESS!" at the end when everything works)
+            proc = subprocess.run([sys.executable, "-m", "bitsandbytes"], capture_output=True, text=True, env=engine_env(),
+                                  timeout=max(10.0, min(90.0, ctx.left() - 5)))
+            text = proc.stdout + proc.stderr
+            part.update(returncode=proc.returncode, success="SUCCESS" in text, tail=text[-2500:])
+            if not part["success"]:
+                raise RuntimeError(f"bitsandbytes' self-test printed no SUCCESS (exit {proc.returncode})")
 
 
 def versions() -> dict[str, Any]:
@@ -82,7 +84,7 @@ def summary(r: dict[str, Any]) -> list[str]:
              f"- torch {torch_info.get('version')} (CUDA {torch_info.get('cuda')}), Python {torch_info.get('python')}",
              f"- nvidia-smi: {', '.join(r.get('nvidia_smi', {}).get('gpus', [])) or 'none'}"]
     st = r.get("bitsandbytes_selftest", {})
-    lines.append(f"- bitsandbytes self-test: {'SUCCESS' if st.get('success') else st.get('note') or st.get('error') or 'no SUCCESS line'}")
+    lines.append(f"- bitsandbytes self-test: {'SUCCESS' if st.get('success') else st.get('reason') or st.get('error') or 'no SUCCESS line'}")
     lines += [f"- start-up line: {line}" for line in r.get("device_lines", {}).get("lines", [])]
     lines.append(f"- auto precision: {r.get('device_lines', {}).get('auto_precision')}")
     differ = r.get("versions", {}).get("differ", {})

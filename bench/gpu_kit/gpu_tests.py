@@ -17,7 +17,7 @@ from typing import Any
 from .common import ROOT, Context, engine_env
 
 TITLE = "pytest -m gpu"
-CAP_S = 80
+CAP_S = 75
 NEEDS_CUDA = False  # the dry run collects them
 
 
