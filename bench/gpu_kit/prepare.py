@@ -21,8 +21,8 @@ The kit folder is git-ignored (.gitignore: /.gpu_kit/) and must sit inside the c
 from __future__ import annotations
 
 import argparse
-import hashlib
 import base64
+import hashlib
 import json
 import re
 import subprocess
