@@ -12,8 +12,8 @@ Parts, in order of value (each recorded as it ends):
   qlora_merge   `python -m engine merge` (placement decided by what the cap leaves) and `python -m engine generate`
   lora8         the same training on an 8-bit base (LoRA)
   gemma         Gemma-2 under `auto`: the run's own precision decision (engine/training/preflight.py) says fp32
-  oom           a run that cannot fit a T4 (1B LoRA, 16-bit base, micro-batch 32 x 1024 tokens, no checkpointing) ends as
-                failed with kind `oom` and the page's "retry with half the micro batch" offer
+  oom           a run that cannot fit a T4 (1B LoRA, 16-bit base, micro-batch 32 x 1024 tokens of the built-in corpus, no
+                checkpointing) ends as failed with kind `oom` and the page's "Retry after OOM" button
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ CAP_S = 160
 NEEDS_CUDA = True
 SHAPE = "llama-3.2-1b"
 STEPS = 24
+# 1B LoRA, 16-bit base, no checkpointing, on the built-in corpus cut into full 1024-token rows (about 20 of them, so ~20k
+# tokens in the micro-batch): the 128k-vocabulary logits alone need several times a T4's memory
+OOM_BATCH, OOM_SEQ = 32, 1024
 METHODS = {"qlora": {"method": "qlora", "quant": {"mode": "4bit"}}, "lora8": {"method": "lora", "quant": {"mode": "8bit"}}}
 
 
@@ -114,14 +117,16 @@ def _events(run_dir: Path, name: str = "events.jsonl") -> list[dict[str, Any]]:
     return read_events(run_dir, name)
 
 
-def _config(model_dir: Path, method: str, name: str, **extra: Any) -> dict[str, Any]:
+def _config(model_dir: Path, key: str, name: str, **extra: Any) -> dict[str, Any]:
+    """The form's defaults for `key` (METHODS) on the model, `precision=auto`, STEPS steps, checkpoint half way; `extra`
+    overrides any field (method and quant included)."""
     from engine.config import TrainConfig
     from engine.fields import from_dict, to_dict
 
     base = to_dict(TrainConfig())
-    values = {**base, **METHODS.get(method, {}), "base_model": str(model_dir), "dataset": "builtin:dates", "precision": "auto",
+    values = {**base, **METHODS.get(key, {}), "base_model": str(model_dir), "dataset": "builtin:dates", "precision": "auto",
               "max_steps": STEPS, "save_steps": STEPS // 2, "logging_steps": 4, "run_name": name, "sample_generations": False, **extra}
-    values["quant"] = {**base["quant"], **METHODS.get(method, {}).get("quant", {}), **extra.get("quant", {})}
+    values["quant"] = {**base["quant"], **METHODS.get(key, {}).get("quant", {}), **extra.get("quant", {})}
     return to_dict(from_dict(TrainConfig, values))
 
 
@@ -211,23 +216,26 @@ def gemma_precision(folder: Path, runs: Path) -> dict[str, Any]:
 
 
 def oom_run(model_dir: Path, runs: Path, ctx: Context) -> dict[str, Any]:
-    from engine.runs import summarize
+    from engine.training.jobs import JobManager
+    from engine.views.run_view import run_buttons
 
     name = "t4-oom"
     run_dir = runs / name
     run_dir.mkdir(parents=True, exist_ok=True)
-    cfg = _config(model_dir, "lora16", name, method="lora", quant={"mode": "none"}, micro_batch_size=32, max_seq_len=1024,
-                  grad_checkpointing=False, packing=True, max_steps=2)
+    cfg = _config(model_dir, "lora16", name, method="lora", quant={"mode": "none"}, micro_batch_size=OOM_BATCH, max_seq_len=OOM_SEQ,
+                  grad_checkpointing=False, packing=False, max_steps=2, dataset="builtin:corpus", eval_fraction=0.0)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)],
                           capture_output=True, text=True, env=engine_env(runs), cwd=ROOT, timeout=max(5.0, ctx.left() - 2))
     events = _events(run_dir)
     last = events[-1] if events else {}
-    summary = summarize(run_dir)
+    jobs = JobManager(runs)
+    status = jobs.status(name)
     memory = next((e for e in events if e["type"] == "memory"), {})
     return {"returncode": proc.returncode, "ended": last.get("type"), "kind": last.get("kind"), "message": last.get("message"),
-            "predicted_gib": memory.get("predicted_gib"), "error_kind": summary.error_kind, "state": summary.state,
-            "retry_offered": summary.state == "failed" and summary.error_kind == "oom"}
+            "predicted_gib": memory.get("predicted_gib"), "error_kind": status.error_kind, "state": status.state,
+            "retry_offered": run_buttons(jobs, name)[2],  # the page's "Retry after OOM" button
+            "as_on_a_t4": last.get("kind") == "oom"}
 
 
 def summary(r: dict[str, Any]) -> list[str]:

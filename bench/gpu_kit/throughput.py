@@ -4,8 +4,8 @@ padding, fp32 as the Trainer picks it) against ours (the app's defaults: packing
 loss and Liger's kernels (`use_liger_kernel`, when the kit carried liger-kernel), each in its own process.
 
 Per recipe: useful tokens/s, MFU and the peak allocated memory during `trainer.train()`. MFU = useful tokens/s x
-training FLOPs per token / the card's peak dense tensor FLOP/s for the recipe's dtype (presets/gpu_peaks.yaml; tf32 for
-fp32 recipes, as torch's matmuls may use it). Training FLOPs per token = k x the parameters of every matrix multiply
+training FLOPs per token / the card's peak dense FLOP/s for the recipe's dtype (presets/gpu_peaks.yaml; the fp32
+figure for fp32 recipes, since torch leaves TF32 off for matmuls by default). Training FLOPs per token = k x the parameters of every matrix multiply
 (the linear layers and the output head, not the embedding lookup): k = 6 when the weights train (forward 2, backward
 4), 4 for LoRA on a frozen base (no weight gradients; the adapters' own FLOPs are under 1%); attention's s^2 term is
 left out (about 2% at 256 tokens). A candidate is adopted only where it wins end to end (docs/performance.md).
@@ -32,12 +32,12 @@ RECIPES = ("library", "ours", "ours-chunked", "ours-liger")
 
 
 def card_peak_tflops(card: str, dtype: str) -> float | None:
-    """The card's dense peak (TFLOP/s) for `dtype` (bf16, fp16, fp32: tf32 for matmuls), None when unknown."""
+    """The card's dense peak (TFLOP/s) for `dtype` (bf16, fp16, fp32), None when unknown. fp32 is the CUDA-core figure:
+    torch leaves TF32 off for matmuls unless asked (`torch.backends.cuda.matmul.allow_tf32`), and so does the Trainer."""
     data = yaml.safe_load(PEAKS_FILE.read_text(encoding="utf-8"))
     for entry in data["cards"]:
         if all(m in card for m in entry["match"]):
-            key = "tf32" if dtype == "fp32" else dtype
-            return entry["tflops"].get(key) or (entry["tflops"].get("fp32") if dtype == "fp32" else None)
+            return entry["tflops"].get(dtype)
     return None
 
 
