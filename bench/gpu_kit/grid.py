@@ -154,7 +154,7 @@ def _step(model: Any, cfg: Any, device: Any, dtype: Any, tmp: Path, trainer_cls:
     optimizer.zero_grad(set_to_none=True)
     if cuda:
         torch.cuda.synchronize()
-    out = {"step_s": round(time.perf_counter() - t0, 3), "optimizer": type(optimizer).__name__, "loss": round(float(loss), 4)}
+    out = {"step_s": round(time.perf_counter() - t0, 3), "optimizer": type(optimizer).__name__, "loss": round(float(loss.detach()), 4)}
     if cuda:
         out.update(allocated_gib=round(torch.cuda.max_memory_allocated() / 2**30, 3), reserved_gib=round(torch.cuda.max_memory_reserved() / 2**30, 3),
                    before_gib=round(before / 2**30, 3))
