@@ -13,7 +13,7 @@ from typing import Any
 from .common import Context, engine_env
 
 TITLE = "environment"
-CAP_S = 30
+CAP_S = 35
 NEEDS_CUDA = False
 
 
@@ -36,6 +36,8 @@ def run(ctx: Context) -> None:
         part["gpus"] = [describe(g) for g in find_gpus()]
     with ctx.part("versions") as part:
         part.update(versions())
+    with ctx.part("imports") as part:
+        part.update(imports())
     with ctx.part("torch_floor") as part:
         from engine.hardware.torch_support import MIN_TORCH, missing_feature
 
@@ -62,12 +64,32 @@ def run(ctx: Context) -> None:
                 raise RuntimeError(f"bitsandbytes' self-test printed no SUCCESS (exit {proc.returncode})")
 
 
+IMPORTS = ("transformers", "accelerate", "peft", "bitsandbytes", "datasets", "trl", "tensorboardX", "liger_kernel", "engine.training.run")
+
+
+def imports() -> dict[str, str]:
+    """{module: "ok" or the error}: what the later sections import, tried here first (a kit package that does not go
+    with the image, e.g. datasets with an older pyarrow, shows here rather than as five failed sections)."""
+    import importlib
+
+    out = {}
+    for name in IMPORTS:
+        try:
+            importlib.import_module(name)
+            out[name] = "ok"
+        except Exception as exc:  # any import failure is the finding
+            out[name] = f"{type(exc).__name__}: {exc}"[:300]
+    return out
+
+
 def versions() -> dict[str, Any]:
-    """{name: the version found} for every package the kit carries (and torch), with the ones that differ from the kit."""
-    from .prepare import carry_list
+    """{name: the version found} for every package the kit carries and every one image.yaml lists (correct image.yaml's
+    `have` from it), with the carried ones that differ from the kit (an install that kept the image's version)."""
+    from .prepare import carry_list, image
 
     found, differ = {}, {}
-    for name, want in [("torch", None), *carry_list()]:
+    listed = [(name, None) for name in image().get("have", {})]
+    for name, want in [*listed, *carry_list()]:
         try:
             have = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -87,6 +109,8 @@ def summary(r: dict[str, Any]) -> list[str]:
     lines.append(f"- bitsandbytes self-test: {'SUCCESS' if st.get('success') else st.get('reason') or st.get('error') or 'no SUCCESS line'}")
     lines += [f"- start-up line: {line}" for line in r.get("device_lines", {}).get("lines", [])]
     lines.append(f"- auto precision: {r.get('device_lines', {}).get('auto_precision')}")
+    failed = {k: v for k, v in r.get("imports", {}).items() if k not in ("status", "seconds") and v != "ok"}
+    lines.append("- imports: " + ("all ok" if not failed else "; ".join(f"{k}: {v}" for k, v in failed.items())))
     differ = r.get("versions", {}).get("differ", {})
     lines.append("- versions: " + ("as the kit carries them" if not differ else "DIFFER: " + ", ".join(f"{k} {v['found']} (kit {v['kit']})" for k, v in differ.items())))
     return lines

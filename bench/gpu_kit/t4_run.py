@@ -32,7 +32,7 @@ import yaml
 from .common import ROOT, Context, build_model, engine_env
 
 TITLE = "T4 conditions (COMPACT_LAB_EMULATE_T4=1)"
-CAP_S = 160
+CAP_S = 155
 NEEDS_CUDA = True
 SHAPE = "llama-3.2-1b"
 STEPS = 24
