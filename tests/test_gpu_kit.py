@@ -77,14 +77,14 @@ def test_the_kit_fits_the_device_tool_from_the_recorded_wheels():
 
 def test_the_recorded_wheels_are_exactly_what_the_image_lacks():
     wheels = {prepare.wheel_name(Path(w["file"])) for w in prepare.recorded()["wheels"]}
-    wanted = {(prepare._norm(n), v) for n, v in prepare.carry_list()}
+    wanted = {(prepare.normalize(n), v) for n, v in prepare.carry_list()}
     assert wheels == wanted
     names = {n for n, _ in wanted}
     assert "torch" not in names  # the kit runs against the torch it finds
     assert {"transformers", "bitsandbytes", "peft", "trl", "datasets", "huggingface-hub"} <= names
     assert not {"accelerate", "safetensors"} & names  # the image has them at our pins
     pinned = prepare.pins()
-    assert all(prepare._norm(n) in pinned for n in prepare.image()["needs"]["pinned"])
+    assert all(prepare.normalize(n) in pinned for n in prepare.image()["needs"]["pinned"])
     bnb = next(w for w in prepare.recorded()["wheels"] if w["file"].startswith("bitsandbytes-"))
     assert bnb["bytes"] < 10 * 2**20  # reduced from 43 MB to its CPU and CUDA 13 libraries
 
@@ -159,3 +159,19 @@ def test_grid_rows_join_the_estimators_data_as_a_source_of_their_own(tmp_path, c
     ours = [r for r in records if r["row"] >= memory_accuracy.EXTRA_BASE]
     assert len(ours) == 1 and ours[0]["source"].startswith("compact-llm-lab bench/gpu_kit/grid.py on TEST CARD")
     assert ours[0]["ours_err"] == pytest.approx(1 / 1.1 - 1, abs=0.01)
+
+
+def test_a_section_past_its_share_is_killed_and_the_rest_reported(tmp_path):
+    """A budget too small: the first section is killed at its share (status timeout, its JSON kept), the next one is not
+    started because the budget is spent, and summary.md still says so. Each section first sleeps 60 s (the check's test
+    hook), so the grid outlives its 9.6 s share of 14 s on any machine."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", COMPACT_LAB_KIT_DELAY_S="60")
+    proc = subprocess.run([sys.executable, "-m", "bench.gpu_kit.check", "--dry-run", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
+                           "--only", "grid,playground", "--budget-s", "14"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    grid_json = json.loads((tmp_path / "out" / "grid.json").read_text())
+    play_json = json.loads((tmp_path / "out" / "playground.json").read_text())
+    assert grid_json["status"] == "timeout" and "killed at its share" in grid_json["reason"] and grid_json["title"].startswith("estimator grid")
+    assert play_json["status"] == "not started" and "budget is spent" in play_json["reason"]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| grid: estimator grid (calibration rows) | timeout |" in summary and "| playground: " in summary and "| not started |" in summary

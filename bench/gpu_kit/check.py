@@ -19,7 +19,8 @@ back 8): the six JSON files, summary.md and grid.csv.
 
 `--dry-run`: the same orchestration on the CPU with tiny shapes (CUDA hidden from every section); the sections that need
 CUDA are reported as skipped with the reason. tests/test_gpu_kit.py runs it in CI, so the kit cannot rot between two lent
-GPUs. The exit status is 0 when every section that ran finished (skipped ones included), 1 otherwise.
+GPUs. The exit status is 0 when every section finished or was skipped for want of CUDA, 1 otherwise (a failure, a
+timeout, or a section not started because the budget was spent).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ SECTIONS = ("env", "gpu_tests", "t4", "grid", "throughput", "playground")
 MODULES = {"env": "env_check", "gpu_tests": "gpu_tests", "t4": "t4_run", "grid": "grid", "throughput": "throughput",
            "playground": "playground"}
 MIN_START_S = 10.0  # a section is not started with less time than this left
+DELAY_ENV = "COMPACT_LAB_KIT_DELAY_S"  # tests only: each section sleeps this long first (a section that outlives its share)
 
 
 def section_module(name: str) -> Any:
@@ -54,6 +56,7 @@ def run_section(name: str, out: Path, deadline: float, dry_run: bool, work: Path
     ctx.write()
     t0 = time.time()
     try:
+        time.sleep(float(os.environ.get(DELAY_ENV) or 0))
         module.run(ctx)
         ctx.result["status"] = "ok" if not _failed_parts(ctx.result) else "partial"
     except Exception as exc:  # reported in the JSON; the orchestrator goes on with the next section
@@ -90,13 +93,13 @@ def orchestrate(out: Path, budget_s: float, sections: list[str], dry_run: bool, 
         planned += module.CAP_S * scale
         path = out / f"{name}.json"
         left = deadline - time.time()
-        reason = None
         if getattr(module, "NEEDS_CUDA", False) and not cuda:
             reason = "needs CUDA: " + ("the dry run hides it (CPU, tiny shapes)" if dry_run else "no CUDA GPU here")
+            results[name] = {"section": name, "title": module.TITLE, "status": "skipped", "reason": reason}
+            write_json(path, results[name])
         elif left < MIN_START_S:
             reason = f"the budget is spent ({left:.0f} s left of {budget_s:.0f})"
-        if reason:
-            results[name] = {"section": name, "title": module.TITLE, "status": "skipped", "reason": reason}
+            results[name] = {"section": name, "title": module.TITLE, "status": "not started", "reason": reason}
             write_json(path, results[name])
         else:
             results[name] = _spawn(name, out, min(planned - time.time(), left), deadline, dry_run, work)
@@ -150,7 +153,7 @@ def write_summary(out: Path, results: dict[str, dict[str, Any]], budget_s: float
         note = r.get("reason") or r.get("error") or ", ".join(f"{k} failed" for k in _failed_parts(r))
         lines.append(f"| {name}: {r.get('title', '')} | {r['status']} | {r.get('seconds', '')} | {str(note)[:160].replace('|', '/')} |")
     for name, r in results.items():
-        if r["status"] == "skipped":
+        if r["status"] in ("skipped", "not started"):
             continue
         try:
             body = section_module(name).summary(r)

@@ -41,7 +41,8 @@ LIMIT_MIB = 60.0  # the device tool refuses a working tree over 64 MiB; 4 MiB of
 COMMAND_LIMIT = 2000  # characters of one device command
 
 
-def _norm(name: str) -> str:
+def normalize(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503): "huggingface_hub" -> "huggingface-hub"."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -51,7 +52,7 @@ def pins(requirements: Path = ROOT / "requirements.txt") -> dict[str, str]:
     for line in requirements.read_text(encoding="utf-8").splitlines():
         m = re.match(r"^\s*([A-Za-z0-9_.\-]+)==([^\s;#]+)", line)
         if m:
-            out[_norm(m.group(1))] = m.group(2)
+            out[normalize(m.group(1))] = m.group(2)
     return out
 
 
@@ -63,25 +64,25 @@ def carry_list(data: dict[str, Any] | None = None, pinned: dict[str, str] | None
     """[(name, version)] the kit carries: every needed package the image lacks or holds at another version."""
     data = data or image()
     pinned = pins() if pinned is None else pinned
-    have = {_norm(k): str(v) for k, v in (data.get("have") or {}).items()}
+    have = {normalize(k): str(v) for k, v in (data.get("have") or {}).items()}
     needs = data["needs"]
-    wanted = [(n, pinned[_norm(n)]) for n in needs["pinned"]] + list((needs.get("deps") or {}).items())
+    wanted = [(n, pinned[normalize(n)]) for n in needs["pinned"]] + list((needs.get("deps") or {}).items())
     if optional:
         wanted += list((needs.get("optional") or {}).items())
-    return [(n, str(v)) for n, v in wanted if have.get(_norm(n)) != str(v)]
+    return [(n, str(v)) for n, v in wanted if have.get(normalize(n)) != str(v)]
 
 
 def wheel_name(path: Path) -> tuple[str, str]:
     """(normalized distribution name, version) of a wheel file name."""
     dist, version = path.name.split("-")[:2]
-    return _norm(dist), version
+    return normalize(dist), version
 
 
 def download(kit: Path, wanted: list[tuple[str, str]], data: dict[str, Any]) -> None:
     """pip download the missing wheels for the device's Python into `kit` (those already there are kept)."""
     kit.mkdir(parents=True, exist_ok=True)
     present = {wheel_name(p) for p in kit.glob("*.whl")}
-    todo = [f"{n}=={v}" for n, v in wanted if (_norm(n), v) not in present]
+    todo = [f"{n}=={v}" for n, v in wanted if (normalize(n), v) not in present]
     if not todo:
         return
     platforms = [arg for p in data["platforms"] for arg in ("--platform", p)]
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         for wheel in args.kit.glob("bitsandbytes-*.whl"):
             before, after = reduce_bitsandbytes(wheel, cuda_major)
             print(f"bitsandbytes: {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB (CPU + CUDA {cuda_major} libraries)")
-        names = {_norm(n): v for n, v in wanted}
+        names = {normalize(n): v for n, v in wanted}
         stale = [p for p in args.kit.glob("*.whl") if wheel_name(p) not in names.items()]
         for p in stale:  # two versions of one package stop the whole install there
             print(f"removing {p.name} (not in the carry list)")
