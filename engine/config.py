@@ -534,7 +534,7 @@ class BenchConfig:
     """A benchmark job: lm-evaluation-harness tasks on a model or a run (the Playground's Benchmarks tab, `python -m engine bench`;
     engine/inference/harness.py). The tasks are the curated list of presets/benchmarks.yaml."""
 
-    model: str = opt("builtin:compact-mini", "The model to score: a built-in one, a run (run:NAME) or a Hugging Face id.", label="Model",
+    model: str = opt("builtin:compact-mini", "The model to score: a built-in one, one of your runs, or a Hugging Face id.", label="Model",
                      details="A run is scored with its adapter applied; its base model is scored too, in the same precision, for the before/after table.")
     tasks: str = opt("dates_mc", "The tasks to run, separated by commas, from the list of benchmarks.", label="Tasks",
                      details="Names from presets/benchmarks.yaml (lm-evaluation-harness task names); dates_mc and dates_iso need no download.")

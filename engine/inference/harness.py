@@ -16,19 +16,24 @@ per task written as soon as the task finishes (a stopped job restarts where it w
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..benchmarks import BenchTask, bench_tasks
+from ..benchmarks import BASE_FOLDER, RUN_FOLDER, BenchTask, bench_tasks, model_slug, parse_task_names
+from ..config import BenchConfig, MemoryQuery
 from ..errors import EngineError
+from ..hardware.device import DeviceInfo
 from ..models.loading import LoadedModel
-from ..runs import atomic_write_text
+from ..refs import RUN_PREFIX
+from ..runs import atomic_write_text, run_path
 from .tasks import date_items
 
 INSTALL_COMMAND = "pip install -r requirements-eval.txt"
@@ -138,13 +143,13 @@ def pick_metric(scores: dict[str, Any], preferred: str) -> tuple[str, float | No
     return preferred, None, None
 
 
-def summarize_result(raw: dict[str, Any], task: BenchTask, *, ref: str, limit: int, seconds: float) -> dict[str, Any]:
+def summarize_result(raw: dict[str, Any], task: BenchTask, *, ref: str, mode: str, limit: int, seconds: float) -> dict[str, Any]:
     """What we keep of simple_evaluate's output for one task (a group such as global_mmlu_pt: its aggregate)."""
     scores = (raw.get("groups") or {}).get(task.name) or (raw.get("results") or {}).get(task.name) or {}
     metric, value, stderr = pick_metric(scores, task.metric)
     n_samples = (raw.get("n-samples") or {}).get(task.name) or {}
     n = n_samples.get("effective") or sum((v or {}).get("effective", 0) for v in (raw.get("n-samples") or {}).values())
-    return {"task": task.name, "model": ref, "limit": limit, "metric": metric, "value": value, "stderr": stderr, "n": int(n or 0),
+    return {"task": task.name, "model": ref, "mode": mode, "limit": limit, "metric": metric, "value": value, "stderr": stderr, "n": int(n or 0),
             "seconds": round(seconds, 2), "time": round(time.time(), 3), "harness": _harness_version(),
             "metrics": {k: v for k, v in scores.items() if "," in k and _finite(v) is not None}}
 
@@ -202,28 +207,28 @@ def _lm(loaded: LoadedModel, batch_size: int, emit: Emit) -> Any:
                       max_length=loaded.context_length)
 
 
-def run_tasks(loaded: LoadedModel, names: list[str], *, ref: str, limit: int, batch_size: int, folder: Path, emit: Emit) -> dict[str, dict]:
+def run_tasks(loaded: LoadedModel | None, names: list[str], *, ref: str, mode: str, limit: int, batch_size: int, folder: Path,
+              emit: Emit) -> dict[str, dict]:
     """Score `loaded` on each task of `names` (curated names, engine/benchmarks.py) with at most `limit` rows each, writing
     <folder>/results/<task>.json as each task finishes; a task already there for the same model and limit is skipped (a
     restarted job continues). emit(type, **fields): bench_task (a task starts), bench_progress, bench_result, bench_skip.
     Returns {task: result} of every task of `names`."""
-    require_harness()
-    import lm_eval
-    from lm_eval.tasks import TaskManager
-
     catalog = bench_tasks()
     tasks = [catalog[n] for n in names]
     out: dict[str, dict] = {}
     todo = []
     for task in tasks:
-        old = read_results(folder).get(task.name)
-        if old and old.get("limit") == limit and old.get("model") == ref and old.get("value") is not None:
-            out[task.name] = old
-            emit("bench_skip", task=task.name, value=old.get("value"))
+        if _done(folder, task.name, ref, mode, limit):
+            out[task.name] = read_results(folder)[task.name]
+            emit("bench_skip", task=task.name, value=out[task.name].get("value"))
         else:
             todo.append(task)
-    if not todo:
+    if not todo or loaded is None:
         return out
+    require_harness()
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
     local = write_local_tasks(Path(folder) / TASKS)
     # the package's ~10,000 task files are indexed only when a standard task is asked for (seconds on a slow disk)
     manager = TaskManager(include_path=str(local), include_defaults=any(not t.local for t in todo))
@@ -233,8 +238,101 @@ def run_tasks(loaded: LoadedModel, names: list[str], *, ref: str, limit: int, ba
         lm.task, t0 = task.name, time.time()
         raw = lm_eval.simple_evaluate(model=lm, tasks=[task.name], limit=limit, task_manager=manager, apply_chat_template=task.chat,
                                       log_samples=False, bootstrap_iters=BOOTSTRAP_ITERS, verbosity="WARNING")
-        result = summarize_result(raw or {}, task, ref=ref, limit=limit, seconds=time.time() - t0)
+        result = summarize_result(raw or {}, task, ref=ref, mode=mode, limit=limit, seconds=time.time() - t0)
         atomic_write_text(result_path(folder, task.name), json.dumps(result, indent=2) + "\n")
         out[task.name] = result
         emit("bench_result", **{k: result[k] for k in ("task", "metric", "value", "stderr", "n", "seconds")})
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The job: where results go, the precision that fits, the base then the run
+# --------------------------------------------------------------------------------------------------
+
+FIT_SHARE = 0.9  # of the card (or RAM) a job may plan to use: the rest is the allocator's and the app's
+SEQ_LEN = 1024  # tokens of one benchmark row the estimate plans for (a few-shot prompt and its longest choice)
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """How a benchmark job loads its model: the precision (`mode`), the estimator's GiB for it and the room it has."""
+
+    mode: str  # QuantSettings.mode: none | 8bit | 4bit
+    base: str | None  # a run's base model (scored too, in the same precision, for before/after); None for a model
+    need_gib: float | None  # the estimator's inference total; None when it does not know the model (the load decides)
+    room_gib: float
+    device: str  # the card's (or the CPU's) name
+
+
+def bench_folder(runs_dir: Path, ref: str, mode: str) -> Path:
+    """Where the results of `ref` in precision `mode` are kept (engine/benchmarks.py): a run's own `benchmarks/`, else a folder
+    per model and precision under <runs>/_benchmarks/."""
+    if ref.startswith(RUN_PREFIX) and "/" not in ref[len(RUN_PREFIX):]:
+        return run_path(runs_dir, ref[len(RUN_PREFIX):]) / RUN_FOLDER
+    return Path(runs_dir) / BASE_FOLDER / model_slug(ref, mode)
+
+
+def plan_bench(cfg: BenchConfig, runs_dir: Path, device: DeviceInfo | None = None) -> BenchPlan:
+    """The precision a job loads `cfg.model` in, sized by the memory estimator (inference at `cfg.batch_size` x SEQ_LEN): the
+    asked one, or with `auto` the run's own (a QLoRA run's 4-bit base) and then 8-bit and 4-bit while it does not fit.
+    EngineError naming the estimate and the card when nothing fits."""
+    from ..estimator.memory import estimate
+    from ..hardware.device import detect_device, dtype_name, resolve_dtype
+    from ..models.references import architecture_ref, read_run_base
+    from ..refs import run_ref_dir
+
+    device = device or detect_device()
+    base, own = None, None
+    if cfg.model.startswith(RUN_PREFIX):
+        base, own = read_run_base(run_ref_dir(cfg.model[len(RUN_PREFIX):].split("/")[0], runs_dir))
+    first = own.mode if own is not None else "none"
+    modes = [cfg.quant] if cfg.quant != "auto" else list(dict.fromkeys([first, "8bit", "4bit"]))
+    need = None
+    for mode in modes:
+        try:
+            arch = architecture_ref(cfg.model, runs_dir)
+            wp = {"4bit": "nf4", "8bit": "int8"}.get(mode) or dtype_name(resolve_dtype("auto", device))
+            need = estimate(MemoryQuery(model=arch, task="inference", weight_precision=wp, batch=cfg.batch_size, seq_len=SEQ_LEN,
+                                        new_tokens=0)).total_gib
+        except EngineError:
+            return BenchPlan(mode, base, None, device.total_gib, device.name)  # the estimator does not know it: the load decides
+        if need <= FIT_SHARE * device.total_gib:
+            return BenchPlan(mode, base, round(need, 2), device.total_gib, device.name)
+    raise EngineError(key="bench.error.too_big", model=cfg.model, need=round(need or 0.0, 1), card=device.name,
+                      room=round(device.total_gib, 1), modes=", ".join(modes))
+
+
+def run_bench(cfg: BenchConfig, runs_dir: Path, plan: BenchPlan, emit: Emit) -> dict[str, dict[str, dict]]:
+    """The whole job: with `cfg.with_base` a run's base first (its results shared by every run of that base), then the model.
+    Each side is loaded by our own loader (adapter applied, `plan.mode`) and freed before the next. emit() gets `side`
+    ("base" | "model") on every event. Returns {"base": {task: result}, "model": {...}}."""
+    import gc
+
+    from ..config import QuantSettings
+    from ..models.loading import load_model
+
+    names = parse_task_names(cfg.tasks)
+    sides = [("base", plan.base)] if (cfg.with_base and plan.base) else []
+    out: dict[str, dict[str, dict]] = {}
+    for side, ref in [*sides, ("model", cfg.model)]:
+        folder = bench_folder(runs_dir, ref, plan.mode)
+        tagged: Emit = functools.partial(emit, side=side, ref=ref)
+        if all(_done(folder, n, ref, plan.mode, cfg.limit) for n in names):  # nothing to do: no load at all
+            out[side] = run_tasks(None, names, ref=ref, mode=plan.mode, limit=cfg.limit, batch_size=cfg.batch_size, folder=folder,
+                                  emit=tagged)
+            continue
+        tagged("bench_load", mode=plan.mode)
+        loaded = load_model(ref, QuantSettings(mode=plan.mode), runs_dir=runs_dir, allow_local_paths=True, allow_cpu_repack=True)
+        try:
+            out[side] = run_tasks(loaded, names, ref=ref, mode=plan.mode, limit=cfg.limit, batch_size=cfg.batch_size, folder=folder,
+                                  emit=tagged)
+        finally:
+            del loaded
+            gc.collect()
+    return out
+
+
+def _done(folder: Path, task: str, ref: str, mode: str, limit: int) -> bool:
+    """Is `task` already scored in `folder` for this model, precision and limit? (A restarted job skips it.)"""
+    old = read_results(folder).get(task)
+    return bool(old) and (old.get("model"), old.get("mode"), old.get("limit")) == (ref, mode, limit) and old.get("value") is not None
