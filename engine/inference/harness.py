@@ -47,7 +47,10 @@ Emit = Callable[..., None]  # emit(event_type, **fields): the job's event log
 
 def harness_missing() -> bool:
     """Whether lm-evaluation-harness is not installed (nothing is imported to find out)."""
-    return importlib.util.find_spec("lm_eval") is None
+    try:
+        return importlib.util.find_spec("lm_eval") is None
+    except ValueError:  # a module entry without a spec (blocked in sys.modules): not importable
+        return True
 
 
 def require_harness() -> None:
