@@ -18,7 +18,7 @@ from engine.training.bench_job import BenchJobs
 from engine.views import bench_view
 from ui.errors import ui_errors
 from ui.language import T, info, lang_of, tr
-from ui.widgets import make_inputs
+from ui.widgets import make_inputs, named
 
 SETTINGS = ["limit", "quant", "batch_size", "with_base"]  # BenchConfig's fields beside the model and the tasks, in field order
 DEFAULT_TASKS = ["dates_mc"]
@@ -38,8 +38,8 @@ def bench_tab(models: list[str], default: str | None) -> SimpleNamespace:
     note = gr.Markdown(notes("en"), elem_id="bench-note")
     model = gr.Dropdown(choices=models, value=default, allow_custom_value=True, label=T("bench.model"), info=T("bench.model_info"),
                         elem_id="bench-model")
-    tasks = gr.CheckboxGroup(choices=bench_view.task_choices("en"), value=DEFAULT_TASKS, label=T("bench.tasks"), info=T("bench.tasks_info"),
-                             elem_id="bench-tasks")
+    tasks = named(gr.CheckboxGroup(choices=bench_view.task_choices("en"), value=DEFAULT_TASKS, label=T("bench.tasks"), info=T("bench.tasks_info"),
+                                   elem_id="bench-tasks"), "tasks", "BenchConfig")  # a wrong name: refused naming the field, the allowed listed
     with gr.Row():
         settings = make_inputs(BenchConfig, only=SETTINGS)
     with gr.Row():
@@ -68,6 +68,8 @@ def wire_bench(bench: BenchJobs, b: SimpleNamespace, owner: Any, allow_local_mod
         sides = bench_view.sides(runs_dir, ref) if ref else []
         folder = running or (sides[-1][1] if sides else None)
         line = bench_view.status_md(bench.events(folder), running is not None, lang) if folder else ""
+        if running and not line:  # launched, its first event not written yet
+            line = i18n.t("bench.status.launch", lang)
         table, bars = bench_view.comparison(sides, lang) if sides else (None, None)
         if sides and table is not None and table.empty and not line:
             line = i18n.t("bench.none_yet", lang, model=ref)
