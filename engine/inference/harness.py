@@ -146,14 +146,15 @@ def pick_metric(scores: dict[str, Any], preferred: str) -> tuple[str, float | No
     return preferred, None, None
 
 
-def summarize_result(raw: dict[str, Any], task: BenchTask, *, ref: str, mode: str, limit: int, seconds: float) -> dict[str, Any]:
+def summarize_result(raw: dict[str, Any], task: BenchTask, *, ref: str, mode: str, limit: int, seconds: float,
+                     cpu_seconds: float | None = None) -> dict[str, Any]:
     """What we keep of simple_evaluate's output for one task (a group such as global_mmlu_pt: its aggregate)."""
     scores = (raw.get("groups") or {}).get(task.name) or (raw.get("results") or {}).get(task.name) or {}
     metric, value, stderr = pick_metric(scores, task.metric)
     n_samples = (raw.get("n-samples") or {}).get(task.name) or {}
     n = n_samples.get("effective") or sum((v or {}).get("effective", 0) for v in (raw.get("n-samples") or {}).values())
     return {"task": task.name, "model": ref, "mode": mode, "limit": limit, "metric": metric, "value": value, "stderr": stderr, "n": int(n or 0),
-            "seconds": round(seconds, 2), "time": round(time.time(), 3), "harness": _harness_version(),
+            "seconds": round(seconds, 2), "cpu_seconds": None if cpu_seconds is None else round(cpu_seconds, 2), "time": round(time.time(), 3), "harness": _harness_version(),
             "metrics": {k: v for k, v in scores.items() if "," in k and _finite(v) is not None}}
 
 
@@ -238,13 +239,14 @@ def run_tasks(loaded: LoadedModel | None, names: list[str], *, ref: str, mode: s
     lm = _lm(loaded, batch_size, emit)
     for i, task in enumerate(todo):
         emit("bench_task", task=task.name, index=i, count=len(todo), limit=limit)
-        lm.task, t0 = task.name, time.time()
+        lm.task, t0, c0 = task.name, time.time(), time.process_time()
         raw = lm_eval.simple_evaluate(model=lm, tasks=[task.name], limit=limit, task_manager=manager, apply_chat_template=task.chat,
                                       log_samples=False, bootstrap_iters=BOOTSTRAP_ITERS, verbosity="WARNING")
-        result = summarize_result(raw or {}, task, ref=ref, mode=mode, limit=limit, seconds=time.time() - t0)
+        result = summarize_result(raw or {}, task, ref=ref, mode=mode, limit=limit, seconds=time.time() - t0,
+                                  cpu_seconds=time.process_time() - c0)
         atomic_write_text(result_path(folder, task.name), json.dumps(result, indent=2) + "\n")
         out[task.name] = result
-        emit("bench_result", **{k: result[k] for k in ("task", "metric", "value", "stderr", "n", "seconds")})
+        emit("bench_result", **{k: result[k] for k in ("task", "metric", "value", "stderr", "n", "seconds", "cpu_seconds")})
     return out
 
 

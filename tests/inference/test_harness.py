@@ -92,9 +92,14 @@ def test_the_missing_package_is_named_with_its_install_command(monkeypatch, caps
     with pytest.raises(EngineError) as err:
         require_harness()
     assert INSTALL_COMMAND in str(err.value) and INSTALL_COMMAND in err.value.render("pt-BR")
-    from ui.playground_bench import notes
+    import gradio as gr
+
+    from ui.playground_bench import bench_tab, notes
 
     assert INSTALL_COMMAND in notes("en") and "Instale com" in notes("pt-BR")
+    with gr.Blocks():  # the tab says it before the click: the note with the command, Start switched off
+        tab = bench_tab(["builtin:compact-mini"], "builtin:compact-mini")
+    assert INSTALL_COMMAND in tab.note.value and tab.start.interactive is False
     from engine.cli import main
 
     assert main(["bench", "--tasks", "dates_mc"]) == 2
