@@ -84,17 +84,19 @@ def write_local_tasks(folder: Path) -> Path:
         question = item["instruction"]
         choices = [item["output"], *_wrong_dates(item["output"], rng)]
         rng.shuffle(choices)
-        mc_rows.append({"question": question, "choices": choices, "answer": choices.index(item["output"])})
-        gen_rows.append({"question": question, "answer": item["output"]})
+        # stored with "/" (the templates put the "-" back): `datasets` reads an ISO date string in JSON as a timestamp, and the
+        # harness would then compare against "2018-01-02 00:00:00"
+        mc_rows.append({"question": question, "choices": [c.replace("-", "/") for c in choices], "answer": choices.index(item["output"])})
+        gen_rows.append({"question": question, "answer": item["output"].replace("-", "/")})
     for name, rows in (("dates_mc", mc_rows), ("dates_iso", gen_rows)):
         atomic_write_text(folder / f"{name}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     common = {"dataset_path": "json", "test_split": "test", "doc_to_text": "{{question}}", "metadata": {"version": 1.0}}
     mc = {"task": "dates_mc", **common, "dataset_kwargs": {"data_files": {"test": str(folder / "dates_mc.jsonl")}},
-          "output_type": "multiple_choice", "doc_to_choice": "{{choices}}", "doc_to_target": "{{answer}}",
+          "output_type": "multiple_choice", "doc_to_choice": "{{choices | map('replace', '/', '-') | list}}", "doc_to_target": "{{answer}}",
           "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}]}
     # The playground's evaluator: greedy, up to 16 new tokens, the first line compared after stripping spaces and punctuation
     gen = {"task": "dates_iso", **common, "dataset_kwargs": {"data_files": {"test": str(folder / "dates_iso.jsonl")}},
-           "output_type": "generate_until", "doc_to_target": "{{answer}}",
+           "output_type": "generate_until", "doc_to_target": "{{answer.replace('/', '-')}}",
            "generation_kwargs": {"until": ["\n"], "do_sample": False, "max_gen_toks": 16},
            "filter_list": [{"name": "first_line", "filter": [{"function": "regex", "regex_pattern": r"(\d{4}-\d{2}-\d{2})"},
                                                              {"function": "take_first"}]}],

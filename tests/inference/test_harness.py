@@ -60,6 +60,7 @@ def test_a_bad_task_name_names_the_field_and_lists_the_allowed():
 
 
 def test_the_date_task_in_the_harness_format(tmp_path):
+    pytest.importorskip("lm_eval", reason="requirements-eval.txt")
     folder = write_local_tasks(tmp_path / "tasks")
     mc = yaml.safe_load((folder / "dates_mc.yaml").read_text(encoding="utf-8"))
     assert mc["dataset_path"] == "json" and mc["output_type"] == "multiple_choice"
@@ -68,7 +69,18 @@ def test_the_date_task_in_the_harness_format(tmp_path):
     assert len(rows) == 100 and all(len(set(r["choices"])) == 4 for r in rows)
     from engine.inference.tasks import date_items
 
-    assert [r["choices"][r["answer"]] for r in rows] == [item["output"] for item in date_items("test")]
+    assert [r["choices"][r["answer"]].replace("/", "-") for r in rows] == [item["output"] for item in date_items("test")]
+    # what the harness reads: plain strings (an ISO date in JSON would become a timestamp), the ISO dates as its templates render them
+    import datasets
+    from lm_eval.tasks import TaskManager
+
+    docs = datasets.load_dataset("json", data_files={"test": str(folder / "dates_iso.jsonl")})["test"]
+    assert docs.features["answer"].dtype == "string"
+    task = TaskManager(include_path=str(folder), include_defaults=False).load_task_or_group(["dates_mc", "dates_iso"])
+    mc_task, gen_task = task["dates_mc"], task["dates_iso"]
+    first = next(iter(mc_task.test_docs()))
+    assert mc_task.doc_to_choice(first)[mc_task.doc_to_target(first)] == date_items("test")[0]["output"]
+    assert gen_task.doc_to_target(next(iter(gen_task.test_docs()))) == date_items("test")[0]["output"]
     gen = yaml.safe_load((folder / "dates_iso.yaml").read_text(encoding="utf-8"))
     assert gen["output_type"] == "generate_until" and gen["metric_list"][0]["metric"] == "exact_match"
     assert (folder / "dates_mc.jsonl").read_bytes() == write_local_tasks(tmp_path / "again").joinpath("dates_mc.jsonl").read_bytes()
