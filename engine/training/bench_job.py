@@ -155,17 +155,28 @@ def model_of(folder: Path) -> str:
 def cmd_bench(cfg: BenchConfig, runs_dir: Path | None = None) -> int:
     """`python -m engine bench`: size the job, run the base (for a run, with_base) and the model, print the table. The events go
     to the folder's bench_events.jsonl (the page reads them); the job manager started it, or a terminal did."""
-    import json
 
-    from ..errors import EngineError
 
     runs_dir = Path(runs_dir or default_runs_dir())
     require_harness()
     plan = plan_bench(cfg, runs_dir)
     folder = bench_folder(runs_dir, cfg.model, plan.mode)
     folder.mkdir(parents=True, exist_ok=True)
-    if not run_is_alive(folder, pid_name=BENCH_PID):  # started from a terminal: the app sees it as busy too
+    own_pid = not run_is_alive(folder, pid_name=BENCH_PID)  # started from a terminal (or in-process): the app sees it as busy too
+    if own_pid:
         atomic_write_text(folder / BENCH_PID, f"{os.getpid()} {proc_start_time(os.getpid()) or ''}\n")
+    try:
+        return _run(cfg, runs_dir, plan, folder)
+    finally:
+        if own_pid:  # this process may live on (a test, a notebook): it no longer holds the machine
+            (folder / BENCH_PID).unlink(missing_ok=True)
+
+
+def _run(cfg: BenchConfig, runs_dir: Path, plan: BenchPlan, folder: Path) -> int:
+    import json
+
+    from ..errors import EngineError
+
     log = EventLog(folder / BENCH_EVENTS)
 
     def emit(type_: str, **fields: object) -> None:

@@ -132,3 +132,4 @@ def test_the_cli_scores_the_built_in_model_offline_and_a_second_run_skips_what_i
     events = [json.loads(line) for line in (folder / "bench_events.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [e["type"] for e in events][-2:] == ["bench_skip", "bench_done"] and "bench_load" not in [e["type"] for e in events[-3:]]
     assert read_results(folder)["dates_mc"]["time"] == result["time"]  # kept, not scored again
+    assert not (folder / "bench.pid").exists()  # this process lives on: it no longer holds the machine
