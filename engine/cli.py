@@ -1,4 +1,4 @@
-"""Command line: `python -m engine estimate|train|generate|prepare-builtin|ship-example|merge|export-gguf|push|runs`.
+"""Command line: `python -m engine estimate|train|generate|prepare-builtin|ship-example|merge|bench|export-gguf|push|runs`.
 
 Every flag is generated from the config dataclasses (engine/config.py): the flag's help is the field's
 help text, choices come from its Literal type, and values are validated by the same __post_init__ the UI
@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .config import GenerationSettings, GgufSettings, QuantSettings, TrainConfig
+from .config import BenchConfig, GenerationSettings, GgufSettings, QuantSettings, TrainConfig
 from .errors import EngineError, Phrase, RunStopped, to_json
 from .fields import field_specs, from_dict, from_flat, to_dict
 
@@ -274,6 +274,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .training.bench_job import cmd_bench as run
+
+    return run(from_flat(BenchConfig, _given(args, BenchConfig)))
+
+
 def cmd_export_gguf(args: argparse.Namespace) -> int:
     from .export.gguf_run import export_ref_gguf, zip_export
     from .refs import default_runs_dir
@@ -386,6 +392,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["auto", "fp16", "bf16", "fp32"], default="auto",
                    help="dtype of the saved weights (auto: bf16 on Ampere+, fp16 on older GPUs, fp32 on CPU).")
     p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("bench", help="Score a model or a run on benchmarks with lm-evaluation-harness (before/after, per task).",
+                       description="Run lm-evaluation-harness tasks (presets/benchmarks.yaml) on a model or a run, and on the run's base; "
+                                   "results per task in <run>/benchmarks/results/ or <runs>/_benchmarks/. Needs requirements-eval.txt.")
+    add_dataclass_args(p, BenchConfig)
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser(
         "export-gguf", help="Write a finished run (or builtin:NAME) to GGUF for llama.cpp / Ollama, with an Ollama Modelfile.",

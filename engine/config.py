@@ -524,9 +524,42 @@ class GgufSettings:
             raise ConfigError.of("preset", self.preset, "gguf_preset", "GgufSettings")
 
 
+# --- benchmarks (lm-evaluation-harness) -------------------------------------------------------------
+
+BenchQuant = Literal["auto", "none", "8bit", "4bit"]
+
+
+@dataclass
+class BenchConfig:
+    """A benchmark job: lm-evaluation-harness tasks on a model or a run (the Playground's Benchmarks tab, `python -m engine bench`;
+    engine/inference/harness.py). The tasks are the curated list of presets/benchmarks.yaml."""
+
+    model: str = opt("builtin:compact-mini", "The model to score: a built-in one, one of your runs, or a Hugging Face id.", label="Model",
+                     details="A run is scored with its adapter applied; its base model is scored too, in the same precision, for the before/after table.")
+    tasks: str = opt("dates_mc", "The tasks to run, separated by commas, from the list of benchmarks.", label="Tasks",
+                     details="Names from presets/benchmarks.yaml (lm-evaluation-harness task names); dates_mc and dates_iso need no download.")
+    limit: int = opt(100, "How many questions of each task to score; fewer answers sooner.", min=1, max=100_000, step=1, label="Questions per task",
+                     details="The harness's --limit: the first N rows of each task (of each subject, for a group such as global_mmlu_pt).")
+    quant: BenchQuant = opt("auto", "How the weights are loaded; auto uses what the run was trained with and shrinks a model that would not fit.",
+                            label="Precision", details="auto: a QLoRA run's 4-bit base, otherwise 16/32-bit; on a GPU too small for that, 8-bit, then "
+                            "4-bit, as the memory estimator says. The base model is scored in the same precision as the run.",
+                            choices_help={"auto": "The run's own precision, smaller when the estimator says it does not fit.",
+                                          "none": "16-bit on a GPU, 32-bit on a CPU.", "8bit": "bitsandbytes 8-bit.", "4bit": "bitsandbytes 4-bit nf4."})
+    batch_size: int = opt(8, "How many questions the model reads at once; lower it if memory runs out.", min=1, max=256, step=1, label="Batch size",
+                          details="The harness's --batch_size.")
+    with_base: bool = opt(True, "For a run, also score its base model, so the table shows before and after.", label="Score the base too",
+                          details="The base's scores are kept per model and precision (runs/_benchmarks/) and reused by every run of that base.")
+
+    def __post_init__(self) -> None:
+        validate(self)
+        from .benchmarks import check_task_names
+
+        check_task_names(self.tasks)  # ConfigError naming the field and listing the allowed names
+
+
 # The dataclasses the web form and the CLI are generated from: their English labels and help become the language files'
 # `field.*` keys (engine/i18n.py), translated in presets/lang/pt-BR.yaml.
-FORM_CLASSES: list[type] = [TrainConfig, MemoryQuery, GenerationSettings, GgufSettings, QuantSettings]
+FORM_CLASSES: list[type] = [TrainConfig, MemoryQuery, GenerationSettings, GgufSettings, QuantSettings, BenchConfig]
 i18n.register_fields(field_texts(FORM_CLASSES))
 
 if __name__ == "__main__":  # python -m engine.config > docs/settings.md (tests/test_field_help.py checks it is up to date)

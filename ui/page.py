@@ -78,7 +78,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
             with gr.Tab(T("finetune.tab"), id="ft", elem_id="ft-panel") as ft_tab:
                 ft = build_finetune(jobs, upload_dir, allow_local_models)
             with gr.Tab(T("playground.tab"), id="pg", elem_id="pg-panel") as pg_tab:
-                pg = build_playground(jobs, allow_local_models)
+                pg = build_playground(jobs, allow_local_models, owner=ft["owner"])
         # every gr.Tabs of the page (the playground's too) wraps its tab buttons onto more lines on a narrow screen
         for block in demo.blocks.values():
             if isinstance(block, gr.Tabs):

@@ -1,5 +1,5 @@
-"""Panel 3, the Playground panel put together: its parts (playground_tabs), their handlers (playground_handlers), the
-API endpoints and their events."""
+"""Panel 3, the Playground panel put together: its parts (playground_tabs, playground_bench), their handlers
+(playground_handlers), the API endpoints and their events."""
 
 from __future__ import annotations
 
@@ -9,17 +9,20 @@ from typing import Any
 import gradio as gr
 
 from engine import i18n
+from engine.training.bench_job import BenchJobs
 from engine.training.jobs import JobManager
 from engine.views import choices, playground_load
 from engine.views.signals import StopSignals
 from ui.errors import ui_errors
 from ui.language import T, lang_of, tr
+from ui.playground_bench import bench_tab, wire_bench
 from ui.playground_handlers import batch_eval_handlers, chat_handlers, model_list_updates, start_handlers
 from ui.playground_tabs import SAMPLING_ONLY, batch_tab, chat_tab, compare_tab, evaluate_tab, export_tab, model_settings
 from ui.queues import GPU
 
 
-def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict[str, Any]:
+def build_playground(jobs: JobManager, allow_local_models: bool = False, owner: Any = None) -> dict[str, Any]:
+    """The panel; `owner`: the gr.State of this browser's key (only that browser may stop the benchmark it started, when shared)."""
     from engine.views import playground_defaults as pd
 
     models = choices.playground_models(jobs)
@@ -40,6 +43,8 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
                     e = evaluate_tab()
                 with gr.Tab(T("playground.export.tab")) as export_t:
                     x = export_tab()
+                with gr.Tab(T("bench.tab"), elem_id="bench-tab") as bench_t:
+                    bt = bench_tab(models, pair[1] or start.model)
     example = gr.State(start.example)  # the example the prompt box was last filled with (replaced on a model change; typed text is kept)
     gen = list(s.gen.values())
     signals = StopSignals()
@@ -84,13 +89,15 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False) -> dict
         api(be.on_eval(kind), eval_inputs, [e.out], name, **GPU)
         btn.click(be.page_eval(kind), eval_inputs, [e.out, e.notice], api_visibility="private", **GPU)
     tabs = [chat_t, compare_t, batch_t, eval_t, export_t]
+    bench_load, bench_outputs = wire_bench(BenchJobs(jobs), bt, owner if owner is not None else gr.State(None), allow_local_models)
+    bench_t.select(lambda: gr.update(choices=choices.playground_models(jobs)), None, [bt.model], queue=False, api_visibility="private")
 
     def on_load(request: gr.Request) -> list[Any]:
         # gradio translates a tab's label when the tab is first shown: the others come from the server, in the page's language
         lang = lang_of(request)
         labels = [gr.Tab(label=i18n.t(f"playground.{k}.tab", lang)) for k in ("chat", "compare", "batch", "evaluate", "export")]
-        return [*st.on_load(request), *labels]
+        return [*st.on_load(request), *labels, *bench_load(request, bt.model.value)]
 
     return {"model": s.model, "model_b": cmp.model_b, "model_a": cmp.model_a, "adapter": s.adapter, "lists": lists,
             "try_it": st.try_it, "try_outputs": st.outputs,
-            "on_load": on_load, "load_outputs": [*st.outputs, b.outputs[1], e.out, x.outputs[0], x.note, *tabs]}
+            "on_load": on_load, "load_outputs": [*st.outputs, b.outputs[1], e.out, x.outputs[0], x.note, *tabs, *bench_outputs]}

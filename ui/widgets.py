@@ -14,13 +14,13 @@ from ui.language import T, error, lang_of
 
 
 def named(comp: gr.components.Component, field: str, owner: str | None = None) -> gr.components.Component:
-    """A gr.Number, gr.Slider or gr.Dropdown whose wrong API values (text for a number, a value outside the choices...)
+    """A gr.Number, gr.Slider, gr.Dropdown or gr.CheckboxGroup whose wrong API values (text for a number, a value outside the choices...)
     are refused with a message naming the field (by its label too when `owner`, the form's dataclass, has one) and what
     is allowed, in the visitor's language; gradio's own says only "input component at index N" or "Value: X is not in
     the list of choices". (The instance's preprocess is wrapped: a subclass of a gradio component would make gradio
     write a .pyi stub beside this file.)"""
     original = comp.preprocess
-    if isinstance(comp, gr.Dropdown):
+    if isinstance(comp, (gr.Dropdown, gr.CheckboxGroup)):
         allowed = {"allowed": "choices", "choices": [c[1] if isinstance(c, tuple) else c for c in (comp.choices or [])]}
     elif isinstance(comp, gr.Slider):
         allowed = {"allowed": "range", "min": comp.minimum, "max": comp.maximum}

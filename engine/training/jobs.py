@@ -7,12 +7,11 @@ its pid in `<run>/pid`; status is read back from `events.jsonl`, so a reloaded p
 a restarted app all see the same state. Stop asks politely (a STOP file: the run saves a checkpoint and
 exits) and kills the whole process tree if it has not exited after a grace period.
 
-Shared state: one JobManager per runs directory is created by the page (ui/page.py) and shared by all sessions; its
-lock serializes start/stop so two clicks cannot start two jobs.
+Shared state: one JobManager per runs directory (ui/page.py), shared by all sessions; its lock serializes start/stop.
 
-Merges are jobs too (`start_merge`): `python -m engine merge NAME` in its own process, writing
-`<run>/merge_events.jsonl` and `<run>/merge.log`, its pid in `<run>/merge.pid`. They take the same lock, and
-neither a merge nor a training run starts while the other is going (both would hold a copy of the model).
+Merges are jobs too (`start_merge`): `python -m engine merge NAME` in its own process, writing `<run>/merge_events.jsonl` and
+`<run>/merge.log`, its pid in `<run>/merge.pid`. They take the same lock, and neither a merge nor a training run starts while the
+other is going (both would hold a copy of the model), nor while a job of `other_jobs` is busy (a benchmark: bench_job.py).
 
 Who may act on a run: with `owner_only` (default: shared mode, engine/sharing.py), a run started with an `owner` key
 (a random key the browser keeps in its local storage, or the gradio session of an API caller) can be stopped,
@@ -30,6 +29,7 @@ machine is free. In demo mode every run is checked against the Space's limits be
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -116,6 +116,7 @@ class JobManager:
         self.stop_grace_s = stop_grace_s
         self._lock = threading.Lock()
         self._procs: dict[str, subprocess.Popen] = {}  # children of this process (reaped on poll)
+        self.other_jobs: list = []  # callables: a JobError while another kind of job holds a model, else None (bench_job.py)
         if self.queue and waiting.line(self.run_dirs()):  # runs still waiting from before a restart
             self._supervise()
 
@@ -289,7 +290,7 @@ class JobManager:
                     self.kill(busy)
             return True
         line = waiting.line(self.run_dirs())
-        if not line or self.active_merge():
+        if not line or self.active_merge() or any(check() for check in self.other_jobs):
             return bool(line)
         entry = waiting.claim(line[0])
         if entry is not None:  # None: another job manager started it first
@@ -376,10 +377,8 @@ class JobManager:
         except (OSError, ValueError, IndexError):
             return
         if run_is_alive(run_dir):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         proc = self._procs.pop(name, None)
         if proc is not None:
             proc.wait(timeout=10)
@@ -408,9 +407,10 @@ class JobManager:
         return None
 
     def _refuse_while_merging(self) -> None:
-        merging = self.active_merge()
-        if merging:
+        if merging := self.active_merge():
             raise JobError(key="message.jobs.merging", name=merging)
+        for error in filter(None, (check() for check in self.other_jobs)):
+            raise error
 
     def start_merge(self, name: str, *, device: str = "auto", dtype: str = "auto") -> None:
         """Merge a finished run's adapter in a subprocess (`python -m engine merge NAME --device DEVICE`), refused while a

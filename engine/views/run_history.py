@@ -16,6 +16,7 @@ import pandas as pd
 from ..errors import EngineError
 from ..i18n import fmt_number, t
 from ..sharing import is_shared
+from .bench_view import history_line
 from .run_log import fmt_duration, fmt_loss, when_text
 
 if TYPE_CHECKING:
@@ -91,6 +92,8 @@ def run_details_md(s: RunSummary, lang: str = "en") -> str:
     if s.task_scores:
         rows.append((t("finetune.details.task", lang), " → ".join(f"{when_text(k, lang)} {fmt_number(round(100 * (v or 0)), lang)}%"
                                                                   for k, v in s.task_scores.items())))
+    if bench := history_line(s.path, lang):  # the Playground's Benchmarks tab: scores with the harness's standard error, and the base's
+        rows.append((t("bench.history", lang), bench))
     if s.duration_s is not None:
         rows.append((t("finetune.details.took", lang), fmt_duration(s.duration_s)))
     if s.resumable:
