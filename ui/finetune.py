@@ -21,6 +21,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     closed accordions of details, the exports and the run history (a desktop shows each pair side by side)."""
     watched = gr.State(None)  # the run this browser session is watching
     owner = gr.State(None)  # this browser's key (see build_app), as a session State: it never appears in the API
+    card = gr.State(None)  # the card the estimator planned these settings for (its hand-off): its prediction beside this machine's
     banner = resume_banner()
     with gr.Row(elem_classes="form-results"):
         with gr.Column(scale=2):
@@ -84,7 +85,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     exp.gguf_btn.click(rh.on_gguf, [run_pick, exp.gguf_type, owner], [exp.download, exp.gguf_note], api_name="export_gguf", **GPU)
     more.show_cmd.click(fh.on_show_cmd, inputs, [more.command], api_name="show_command")
     more.preset_btn.click(fh.on_preset, [more.preset, *inputs], [more.preset_note, *form.values()], api_name="apply_preset").then(
-        fh.on_predict, inputs, [f.prediction], **QUIET)
+        fh.on_predict, [card, *inputs], [f.prediction], **QUIET)
     timer.tick(rh.on_tick, [*poll_inputs, seen], [*poll_outputs, seen, timer], **QUIET).then(None, None, None, js=FOLLOW_LOG_JS, queue=False,
                                                                                            api_visibility="private")
     view.log_scale.input(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
@@ -95,8 +96,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     form["base_model"].change(lambda m: gr.update(visible=offline.needs_internet_now(m)), [form["base_model"]], [f.use_builtin], **QUIET,
                               api_visibility="private")
     f.use_builtin.click(lambda: gr.update(value=offline.OFFLINE_MODEL), None, [form["base_model"]], **QUIET, api_visibility="private")
-    for comp in form.values():
-        comp.change(fh.on_predict, inputs, [f.prediction], **QUIET)
+    for comp in [*form.values(), card]:
+        comp.change(fh.on_predict, [card, *inputs], [f.prediction], **QUIET)
 
     def run_status(name: str, request: gr.Request) -> str:
         """A run's state, progress and (while it waits in line) its place and expected wait, in the visitor's language."""
@@ -104,5 +105,5 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
     gr.api(ui_errors(run_status), api_name="run_status")
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": rh.on_load, "init_owner": rh.init_owner,
-            "owner": owner, "predict": fh.on_predict, "form_inputs": inputs, "prediction": f.prediction,
+            "owner": owner, "predict": fh.on_predict, "form_inputs": inputs, "predict_inputs": [card, *inputs], "prediction": f.prediction, "card": card,
             "offer": rh.on_offer, "offer_outputs": banner.outputs, "try_btn": act.try_btn, "try_run": run_pick, "wake": wake}
