@@ -69,7 +69,11 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     seen = gr.State(None)  # what this browser was last sent (refresh.changed_parts)
     # a refresh at once, which also wakes the timer while the run trains or merges (see on_tick)
     wake = {"fn": rh.on_tick, "inputs": [*poll_inputs, seen], "outputs": [*poll_outputs, seen, timer], **QUIET, "api_visibility": "private"}
-    f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", **JOBS).then(**wake)
+    started = f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", **JOBS)
+    started.then(**wake)
+    # a refused Start: the data check's reason beside the data field too (the toast goes); a started run clears it
+    started.failure(fh.on_data_note, inputs, [f.data_note], **QUIET, api_visibility="private")
+    started.success(lambda: "", None, [f.data_note], queue=False, api_visibility="private")
     f.stop.click(rh.on_stop, [watched, owner], None, api_name="stop_training")
     act.resume.click(rh.on_resume, [run_pick, owner], [watched], api_name="resume_training", **JOBS).then(**wake)
     banner.btn.click(rh.on_resume, [banner.offered, owner], [watched], api_name="resume_interrupted", **JOBS).then(

@@ -9,7 +9,7 @@ import gradio as gr
 
 from engine import i18n
 from engine.errors import ConfigError
-from engine.fields import field_specs
+from engine.fields import decimal_text, field_specs
 from ui.language import T, error, lang_of
 
 
@@ -34,6 +34,21 @@ def named(comp: gr.components.Component, field: str, owner: str | None = None) -
             raise error(ConfigError.of(field, payload, owner=owner, **allowed).render(lang_of())) from None
 
     comp.preprocess = preprocess
+    return comp
+
+
+def decimal_box(comp: gr.Textbox) -> gr.Textbox:
+    """A float field as text: a number a handler sets (a preset, the estimator's hand-off) is written as plain decimals in
+    the visitor's notation (0,0002 in Portuguese, never 2e-04); what a person types goes to the dataclass as typed. (The
+    instance's postprocess is wrapped, as `named` wraps preprocess.)"""
+    original = comp.postprocess
+
+    def postprocess(value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = decimal_text(value, lang_of())
+        return original(value)
+
+    comp.postprocess = postprocess
     return comp
 
 
@@ -67,9 +82,13 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
             comps[name] = named(gr.Dropdown(choices=choice_list(cls, name, spec.choices), **common), name, cls.__name__)
         elif spec.type in (int, float) and spec.min is not None and spec.max is not None and spec.step and (spec.max - spec.min) / spec.step <= 5000:
             comps[name] = named(gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common), name, cls.__name__)
-        elif spec.type in (int, float):
+        elif spec.type is float:
+            # Text, not a browser number box (which read "0,0005" as 5): a decimal comma or point both parse (engine/fields.py
+            # parse_decimal), and the value is written back in the visitor's notation; the dataclass validates, naming the field.
+            comps[name] = decimal_box(gr.Textbox(**{**common, "value": decimal_text(value)}, max_lines=1))
+        elif spec.type is int:
             # No gradio-side bounds: the dataclass validates, with a message that names the field.
-            comps[name] = named(gr.Number(precision=0 if spec.type is int else None, **common), name, cls.__name__)
+            comps[name] = named(gr.Number(precision=0, **common), name, cls.__name__)
         else:
             comps[name] = gr.Textbox(**common)
     return comps

@@ -212,6 +212,22 @@ def prediction_or_warning(config: Callable[[], TrainConfig], runs_dir: Path | No
     return "\n\n".join([*filter(None, notes), text])
 
 
+def data_refusal(config: Callable[[], TrainConfig], lang: str = "en") -> str:
+    """The line beside the data field after Start was refused: the data check's refusal in `lang` (what Start met,
+    engine/training/preflight.py check_data_before_start), or empty when the data is not what stopped it."""
+    from ..training.preflight import check_data_before_start
+
+    try:
+        cfg = config()
+    except EngineError:
+        return ""  # the form itself was refused (the toast says why): not the data
+    try:
+        check_data_before_start(cfg)
+    except EngineError as exc:
+        return "⚠ " + t("right_first_try.data_refused", lang, why=exc.render(lang))
+    return ""
+
+
 def models_to_download(cfg: TrainConfig) -> list[str]:
     """The models a run of `cfg` loads that may come from the Hub: the base, and the teacher when distilling."""
     return [cfg.base_model] + ([cfg.teacher_model] if cfg.method == "distill" and cfg.teacher_model else [])
