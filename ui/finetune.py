@@ -14,6 +14,7 @@ from ui.finetune_form import finetune_details, finetune_settings, form_handlers
 from ui.finetune_run import FOLLOW_LOG_JS, push_panel, resume_banner, run_actions, run_exports, run_handlers, watched_run
 from ui.language import T, lang_of
 from ui.queues import GPU, JOBS, QUIET
+from ui.widgets import form_update
 
 
 def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool = False) -> dict[str, Any]:
@@ -58,11 +59,11 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
     def on_method_picked(method):  # a person picked it: the measured settings of dpo/orpo/grpo
         values = finetune_form.method_values(method)
-        return [gr.update(value=values[n]) if n in values else gr.skip() for n in measured]
+        return [form_update(form[n], values[n]) if n in values else gr.skip() for n in measured]
     # every 2 s, and asleep when nothing moves (on_tick): each tick costs the browser about 0.1-0.2 s of CPU whatever it
     # carries, which a 2-core laptop takes from the training (bench/watch_cost.py)
     timer = gr.Timer(2.0)
-    fh, rh = form_handlers(jobs, upload_dir, allow_local_models, list(form)), run_handlers(jobs)
+    fh, rh = form_handlers(jobs, upload_dir, allow_local_models, form), run_handlers(jobs)
     run_buttons = [act.try_btn, act.resume, act.retry, act.delete]
     poll_inputs, poll_outputs = [watched, run_pick, view.log_scale, view.smoothing], [*view.outputs, history, details, *run_buttons]
 

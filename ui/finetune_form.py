@@ -19,7 +19,7 @@ from engine.views import choices, finetune_form, offline, run_view, space_view
 from ui.errors import ui_errors
 from ui.language import T, info, lang_of, tr, warning
 from ui.session import session_key, uploads_of
-from ui.widgets import make_inputs
+from ui.widgets import form_update, make_inputs
 
 
 def finetune_settings(jobs: JobManager) -> SimpleNamespace:
@@ -86,8 +86,9 @@ def finetune_details() -> SimpleNamespace:
                            inspect_btn=inspect_btn, inspect_out=inspect_out, show_cmd=show_cmd, command=command)
 
 
-def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, names: list[str]) -> SimpleNamespace:
+def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, form: dict[str, Any]) -> SimpleNamespace:
     """Handlers of the fine-tune form; each takes (dataset upload, *form values, eval upload) as the form's inputs."""
+    names = list(form)  # the form's widgets by field name, in the API's order
 
     def config_of(request: gr.Request | None, upload_path: str | None, *vals: Any) -> TrainConfig:
         *vals, eval_path = vals  # the eval upload comes last (the form's inputs)
@@ -119,7 +120,7 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
     @ui_errors
     def on_preset(tier, upload_path, *vals):
         note, values = finetune_form.preset_values(dict(zip(names, vals[:-1], strict=True)), tier)  # the eval upload comes last
-        return [note, *[gr.update(value=values[n]) if n in values else gr.skip() for n in names]]
+        return [note, *[form_update(form[n], values[n]) if n in values else gr.skip() for n in names]]
 
     @ui_errors
     def on_show_cmd(request: gr.Request, upload_path, *vals):

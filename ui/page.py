@@ -23,6 +23,7 @@ from ui.playground import build_playground
 from ui.playground_handlers import model_list_updates
 from ui.queues import ESTIMATE
 from ui.style import CSS
+from ui.widgets import form_update
 
 
 def launch_options() -> dict[str, Any]:
@@ -105,7 +106,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
             else:
                 info(tr("estimator.copied_with", rank=rank) if rank is not None else tr("estimator.copied"))
             # the values, the card they were planned for (its prediction shows beside this machine's), then the Fine-tune tab
-            return [*[gr.update(value=values[n]) if n in values else gr.skip() for n in form], vals[1], gr.Tabs(selected="ft")]
+            return [*[form_update(c, values[n]) if n in values else gr.skip() for n, c in form.items()], vals[1], gr.Tabs(selected="ft")]
 
         est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], [*form.values(), ft["card"], tabs], api_name="copy_to_finetune")
         demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate", **ESTIMATE)

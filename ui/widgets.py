@@ -38,18 +38,26 @@ def named(comp: gr.components.Component, field: str, owner: str | None = None) -
 
 
 def decimal_box(comp: gr.Textbox) -> gr.Textbox:
-    """A float field as text: a number a handler sets (a preset, the estimator's hand-off) is written as plain decimals in
-    the visitor's notation (0,0002 in Portuguese, never 2e-04); what a person types goes to the dataclass as typed. (The
-    instance's postprocess is wrapped, as `named` wraps preprocess.)"""
+    """A float field as text: a number set without the visitor's language is written as plain decimals (2e-05 ->
+    0.00002); handlers write it in the visitor's notation with `form_update`. What a person types goes to the dataclass as
+    typed (a decimal comma or point). (The instance's postprocess is wrapped, as `named` wraps preprocess.)"""
     original = comp.postprocess
 
     def postprocess(value: Any) -> Any:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = decimal_text(value, lang_of())
+            value = decimal_text(value)
         return original(value)
 
     comp.postprocess = postprocess
     return comp
+
+
+def form_update(comp: gr.components.Component, value: Any) -> Any:
+    """gr.update(value=...) for a form widget, in the visitor's notation: a number for a decimal text field (decimal_box)
+    is written as that visitor reads and types numbers (0,0002 on the Portuguese page). Call it inside a handler."""
+    if isinstance(comp, gr.Textbox) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = decimal_text(value, lang_of())
+    return gr.update(value=value)
 
 
 def choice_list(cls: type, name: str, values: tuple[str, ...] | list[str]) -> list[Any]:

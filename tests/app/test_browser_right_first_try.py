@@ -61,14 +61,15 @@ def test_a_t4_plan_is_handed_over_for_the_t4(page, shots):
     page.locator("#estimator-tier input").click()
     page.get_by_role("option", name=i18n.t("estimator.tier.t4-16gb", "pt-BR")).first.click()
     # the estimator's own settings follow the card: a T4 trains in fp16 (it has no bf16)
-    page.wait_for_function("() => /fp16/.test(document.querySelector('#MemoryQuery-training_precision input').value)", timeout=WAIT)
+    accordion(page, "est", "estimator.more_settings")
+    page.wait_for_function("() => /fp16/.test(document.querySelector('#MemoryQuery-training_precision input')?.value)", timeout=WAIT)
     page.locator("#estimator-copy").click()
     prediction = page.locator("#finetune-prediction")
     prediction.get_by_text(re.compile("a placa planejada no estimador")).wait_for(timeout=WAIT)
     line = prediction.inner_text()
     assert "NVIDIA T4" in line and "fp16" in line and "14,7 GiB" in line, line
     accordion(page, "ft", "finetune.acc.training")
-    page.wait_for_function("() => document.querySelector('#TrainConfig-learning_rate input, #TrainConfig-learning_rate textarea').value === '0,0002'",
+    page.wait_for_function("() => document.querySelector('#TrainConfig-learning_rate input, #TrainConfig-learning_rate textarea')?.value === '0,0002'",
                            timeout=WAIT)  # QLoRA's rate, as the Portuguese page writes numbers (not the date task's 0.001)
     assert value_of(page, "TrainConfig-precision") == "auto"  # never bf16 on a T4
     prediction.scroll_into_view_if_needed()
