@@ -90,8 +90,6 @@ def train_values_for_card(q: MemoryQuery, tier_name: str) -> dict[str, Any]:
     that card takes (card_precision; the 4-bit layers compute in it too) and the peak learning rate of the method
     (presets/recipes.yaml learning_rates), so that Start on that card accepts what the estimator proposed."""
     values = train_values_from_query(q)
-    if q.task == "inference":
-        return values
     tier = tier_by_name(tier_name)
     values["precision"] = card_precision(q.training_precision, tier)
     if values.get("method") == "qlora":

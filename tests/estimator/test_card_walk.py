@@ -63,6 +63,11 @@ def test_start_accepts_what_the_estimator_planned_for_each_card(tier, pick, tmp_
     assert cfg.learning_rate == method_learning_rate(cfg.method, cfg.base_model) and cfg.learning_rate < 1e-3
 
 
+def test_an_inference_plan_hands_over_the_cards_precision_too():
+    values = train_values_for_card(MemoryQuery(model="qwen2.5-1.5b", task="inference"), "t4-16gb")
+    assert values["precision"] == "auto" and "method" not in values and "learning_rate" not in values
+
+
 @pytest.mark.parametrize("tier", ["t4-16gb", "gpu-4gb", "gpu-6gb"])
 def test_a_bf16_plan_on_a_card_without_bf16_still_starts(tier, tmp_path, monkeypatch):
     # a person who set amp-bf16 by hand after picking the card: the hand-off still gives what the card takes
