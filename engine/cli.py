@@ -108,9 +108,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(config_yaml(cfg))
         return 0
     if not run_dir.exists():  # refusals before side effects: a refused config leaves no run folder behind
-        from .training.preflight import check_before_start
+        from .training.preflight import check_before_start, check_data_before_start
 
         check_before_start(cfg, runs_dir)
+        check_data_before_start(cfg)  # the data check's refusals (an empty file, no format, DPO without pairs)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"run folder: {run_dir}", flush=True)
     _record_launched_pid(run_dir)

@@ -150,12 +150,35 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
 
+def parse_decimal(text: str) -> float:
+    """A decimal number as people type it, in either notation: 0.0005, 0,0005 (a decimal comma, as the Portuguese page
+    prints it), 5e-4, 1.000,5 or 1,000.5 (the later separator is the decimal one). ValueError for anything else."""
+    s = text.strip().replace(" ", "").replace("\u00a0", "").replace("\u2212", "-")
+    if "," in s and "." in s:
+        s = s.replace(".", "").replace(",", ".") if s.rfind(",") > s.rfind(".") else s.replace(",", "")
+    elif s.count(",") == 1:
+        s = s.replace(",", ".")
+    return float(s)
+
+
+def decimal_text(value: float, lang: str = "en") -> str:
+    """A float field's value as a person reads and types it back (parse_decimal): plain decimals, never scientific
+    notation or thousands separators (2e-05 -> 0.00002), a decimal comma in Portuguese (0,00002)."""
+    x = float(value)
+    if not math.isfinite(x):
+        return str(x)
+    text = f"{x:.12f}".rstrip("0").rstrip(".") if x != int(x) or abs(x) >= 1e15 else str(int(x))
+    return text.replace(".", ",") if lang.lower().startswith("pt") else text
+
+
 def _coerce(name: str, value: Any, tp: Any, owner: str | None = None) -> Any:
     py, choices, optional = _base_type(tp)
 
     def refuse(allowed: str, **params: Any) -> ConfigError:
         return ConfigError.of(name, value, allowed, owner, **params)
 
+    if py is float and isinstance(value, str) and not value.strip():
+        value = None  # an emptied decimal field (text on the page): as gradio hands over an unreadable number
     if value is None:
         if optional:
             return None
@@ -186,7 +209,7 @@ def _coerce(name: str, value: Any, tp: Any, owner: str | None = None) -> Any:
         if isinstance(value, bool):
             raise refuse("number")
         try:
-            out = float(value)
+            out = parse_decimal(value) if isinstance(value, str) else float(value)
         except (TypeError, ValueError):
             raise refuse("number") from None
         if math.isnan(out) or math.isinf(out):

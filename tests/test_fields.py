@@ -61,3 +61,30 @@ def test_field_specs_cover_every_field_with_help():
     # every scalar field of TrainConfig appears exactly once
     flat = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("quant", "lora")]
     assert all(n in names for n in flat)
+
+
+@pytest.mark.parametrize(("typed", "value"), [("0,0005", 0.0005), ("0.0005", 0.0005), ("5e-4", 0.0005), (" 0,0002 ", 0.0002), ("1.000,5", 1000.5),
+                                              ("1,000.5", 1000.5), ("2", 2.0), ("−0,5", -0.5)])
+def test_decimals_as_people_type_them(typed, value):
+    """A decimal comma (as the Portuguese page prints numbers) or point, in a float field (issue 32: "0,0005" became 5)."""
+    from engine.config import TrainConfig
+    from engine.fields import parse_decimal
+
+    assert parse_decimal(typed) == pytest.approx(value)
+    if 0 < value <= 1:
+        assert from_flat(TrainConfig, {"learning_rate": typed}).learning_rate == pytest.approx(value)
+
+
+def test_a_float_field_is_written_back_as_typed():
+    from engine.fields import decimal_text, parse_decimal
+
+    assert [decimal_text(v) for v in (2e-5, 1e-3, 1.0, 1000.0, 0.0)] == ["0.00002", "0.001", "1", "1000", "0"]  # never 2e-05, never 1,000
+    assert decimal_text(2e-4, "pt-BR") == "0,0002" and parse_decimal(decimal_text(2e-4, "pt-BR")) == 2e-4
+
+
+@pytest.mark.parametrize("typed", ["abc", "0,1,2", "1e", ""])
+def test_an_unreadable_decimal_names_the_field(typed):
+    from engine.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="learning_rate"):
+        from_flat(TrainConfig, {"learning_rate": typed})

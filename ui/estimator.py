@@ -51,6 +51,9 @@ def build_estimator(upload_dir: Path, jobs: JobManager) -> dict[str, Any]:
         out[7] = gr.ScatterPlot(value=out[7], x=cols[0], y=cols[1], color=cols[4], tooltip=[cols[3], cols[2]])
         return tuple(out)
 
+    # the plan follows the card: never bf16 on a card without it (a T4 trains in fp16), amp-bf16 back on one with it
+    f.tier.change(estimate_view.precision_for_card, [f.form["training_precision"], f.tier], [f.form["training_precision"]], queue=False,
+                  api_visibility="private")
     for comp in inputs:  # queued: building an architecture on the meta device is CPU work (two at a time, the latest value wins)
         comp.change(on_estimate, inputs, r.outputs, show_progress="hidden", trigger_mode="always_last", **ESTIMATE)
     # the cards' names in the visitor's language, on load (the value, a tier id, stays)
@@ -86,12 +89,14 @@ def estimator_form() -> SimpleNamespace:
     model = gr.Dropdown(choices=estimate_view.model_choices(online=True), value=estimate_view.DEFAULT_MODEL, allow_custom_value=True,
                         label=T("estimator.model"), info=T("estimator.model_info"), elem_id="estimator-model")
     # (name, id) choices: the value stays the tier id (API callers and the CLI use ids); names in the visitor's language on load
-    tier = gr.Dropdown(choices=estimate_view.tier_choices(), value=estimate_view.opening_tier(), label=T("estimator.card"),
+    opening = estimate_view.opening_tier()
+    tier = gr.Dropdown(choices=estimate_view.tier_choices(), value=opening, label=T("estimator.card"),
                        info=T("estimator.card_info"), elem_id="estimator-tier")
     main = ["task", "batch", "seq_len", "grad_ckpt", "grad_accum", "new_tokens"]
-    comps = make_inputs(MemoryQuery, only=main, values=estimate_view.FORM_DEFAULTS)
+    defaults = estimate_view.form_defaults(opening)  # the card's training precision (fp16 on a T4)
+    comps = make_inputs(MemoryQuery, only=main, values=defaults)
     with gr.Accordion(T("estimator.more_settings"), open=False):
-        comps.update(make_inputs(MemoryQuery, skip=("model", *main), values=estimate_view.FORM_DEFAULTS))
+        comps.update(make_inputs(MemoryQuery, skip=("model", *main), values=defaults))
     form = {s.name: comps[s.name] for s in field_specs(MemoryQuery) if s.name in comps}  # the dataclass's order: the API's
     with gr.Accordion(T("estimator.describe"), open=False):
         config_file = gr.File(label=T("estimator.config_file"), file_types=[".json"])

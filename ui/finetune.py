@@ -14,6 +14,7 @@ from ui.finetune_form import finetune_details, finetune_settings, form_handlers
 from ui.finetune_run import FOLLOW_LOG_JS, push_panel, resume_banner, run_actions, run_exports, run_handlers, watched_run
 from ui.language import T, lang_of
 from ui.queues import GPU, JOBS, QUIET
+from ui.widgets import form_update
 
 
 def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool = False) -> dict[str, Any]:
@@ -21,6 +22,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     closed accordions of details, the exports and the run history (a desktop shows each pair side by side)."""
     watched = gr.State(None)  # the run this browser session is watching
     owner = gr.State(None)  # this browser's key (see build_app), as a session State: it never appears in the API
+    card = gr.State(None)  # the card the estimator planned these settings for (its hand-off): its prediction beside this machine's
     banner = resume_banner()
     with gr.Row(elem_classes="form-results"):
         with gr.Column(scale=2):
@@ -57,18 +59,22 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
     def on_method_picked(method):  # a person picked it: the measured settings of dpo/orpo/grpo
         values = finetune_form.method_values(method)
-        return [gr.update(value=values[n]) if n in values else gr.skip() for n in measured]
+        return [form_update(form[n], values[n]) if n in values else gr.skip() for n in measured]
     # every 2 s, and asleep when nothing moves (on_tick): each tick costs the browser about 0.1-0.2 s of CPU whatever it
     # carries, which a 2-core laptop takes from the training (bench/watch_cost.py)
     timer = gr.Timer(2.0)
-    fh, rh = form_handlers(jobs, upload_dir, allow_local_models, list(form)), run_handlers(jobs)
+    fh, rh = form_handlers(jobs, upload_dir, allow_local_models, form), run_handlers(jobs)
     run_buttons = [act.try_btn, act.resume, act.retry, act.delete]
     poll_inputs, poll_outputs = [watched, run_pick, view.log_scale, view.smoothing], [*view.outputs, history, details, *run_buttons]
 
     seen = gr.State(None)  # what this browser was last sent (refresh.changed_parts)
     # a refresh at once, which also wakes the timer while the run trains or merges (see on_tick)
     wake = {"fn": rh.on_tick, "inputs": [*poll_inputs, seen], "outputs": [*poll_outputs, seen, timer], **QUIET, "api_visibility": "private"}
-    f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", **JOBS).then(**wake)
+    started = f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", **JOBS)
+    started.then(**wake)
+    # a refused Start: the data check's reason beside the data field too (the toast goes); a started run clears it
+    started.failure(fh.on_data_note, inputs, [f.data_note], **QUIET, api_visibility="private")
+    started.success(lambda: "", None, [f.data_note], queue=False, api_visibility="private")
     f.stop.click(rh.on_stop, [watched, owner], None, api_name="stop_training")
     act.resume.click(rh.on_resume, [run_pick, owner], [watched], api_name="resume_training", **JOBS).then(**wake)
     banner.btn.click(rh.on_resume, [banner.offered, owner], [watched], api_name="resume_interrupted", **JOBS).then(
@@ -84,7 +90,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     exp.gguf_btn.click(rh.on_gguf, [run_pick, exp.gguf_type, owner], [exp.download, exp.gguf_note], api_name="export_gguf", **GPU)
     more.show_cmd.click(fh.on_show_cmd, inputs, [more.command], api_name="show_command")
     more.preset_btn.click(fh.on_preset, [more.preset, *inputs], [more.preset_note, *form.values()], api_name="apply_preset").then(
-        fh.on_predict, inputs, [f.prediction], **QUIET)
+        fh.on_predict, [card, *inputs], [f.prediction], **QUIET)
     timer.tick(rh.on_tick, [*poll_inputs, seen], [*poll_outputs, seen, timer], **QUIET).then(None, None, None, js=FOLLOW_LOG_JS, queue=False,
                                                                                            api_visibility="private")
     view.log_scale.input(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
@@ -95,8 +101,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     form["base_model"].change(lambda m: gr.update(visible=offline.needs_internet_now(m)), [form["base_model"]], [f.use_builtin], **QUIET,
                               api_visibility="private")
     f.use_builtin.click(lambda: gr.update(value=offline.OFFLINE_MODEL), None, [form["base_model"]], **QUIET, api_visibility="private")
-    for comp in form.values():
-        comp.change(fh.on_predict, inputs, [f.prediction], **QUIET)
+    for comp in [*form.values(), card]:
+        comp.change(fh.on_predict, [card, *inputs], [f.prediction], **QUIET)
 
     def run_status(name: str, request: gr.Request) -> str:
         """A run's state, progress and (while it waits in line) its place and expected wait, in the visitor's language."""
@@ -104,5 +110,5 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
     gr.api(ui_errors(run_status), api_name="run_status")
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": rh.on_load, "init_owner": rh.init_owner,
-            "owner": owner, "predict": fh.on_predict, "form_inputs": inputs, "prediction": f.prediction,
+            "owner": owner, "predict": fh.on_predict, "form_inputs": inputs, "predict_inputs": [card, *inputs], "prediction": f.prediction, "card": card,
             "offer": rh.on_offer, "offer_outputs": banner.outputs, "try_btn": act.try_btn, "try_run": run_pick, "wake": wake}

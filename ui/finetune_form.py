@@ -19,7 +19,7 @@ from engine.views import choices, finetune_form, offline, run_view, space_view
 from ui.errors import ui_errors
 from ui.language import T, info, lang_of, tr, warning
 from ui.session import session_key, uploads_of
-from ui.widgets import make_inputs
+from ui.widgets import form_update, make_inputs
 
 
 def finetune_settings(jobs: JobManager) -> SimpleNamespace:
@@ -34,6 +34,7 @@ def finetune_settings(jobs: JobManager) -> SimpleNamespace:
         comps.update(make_inputs(TrainConfig, only=["dataset"], values=values, suggest={"dataset": datasets}))
         comps["dataset"].scale = 3  # the names need the room; the upload box beside it stays small
         upload = gr.File(label=T("finetune.form.upload"), file_types=finetune_form.DATA_FILE_TYPES, height=150, scale=2, elem_id="finetune-upload")
+    data_note = gr.Markdown(elem_id="finetune-data-note")  # why Start refused the data, beside the data field (empty otherwise)
     with gr.Row():  # before how long to train: Start stays in the first screen at 1440x900, in both languages
         start = gr.Button(T("finetune.start"), variant="primary", elem_id="finetune-start")
         stop = gr.Button(T("finetune.stop"), variant="stop", elem_id="finetune-stop")
@@ -45,7 +46,7 @@ def finetune_settings(jobs: JobManager) -> SimpleNamespace:
                             elem_id="finetune-use-builtin")
     note = "space.one_run_queue" if jobs.queue else "finetune.one_run_shared" if jobs.owner_only else "finetune.one_run_local"
     gr.Markdown(T(note), elem_classes=["finetune-note"])
-    return SimpleNamespace(comps=comps, upload=upload, prediction=prediction, start=start, stop=stop, use_builtin=use_builtin)
+    return SimpleNamespace(comps=comps, upload=upload, data_note=data_note, prediction=prediction, start=start, stop=stop, use_builtin=use_builtin)
 
 
 def finetune_details() -> SimpleNamespace:
@@ -85,8 +86,9 @@ def finetune_details() -> SimpleNamespace:
                            inspect_btn=inspect_btn, inspect_out=inspect_out, show_cmd=show_cmd, command=command)
 
 
-def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, names: list[str]) -> SimpleNamespace:
+def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, form: dict[str, Any]) -> SimpleNamespace:
     """Handlers of the fine-tune form; each takes (dataset upload, *form values, eval upload) as the form's inputs."""
+    names = list(form)  # the form's widgets by field name, in the API's order
 
     def config_of(request: gr.Request | None, upload_path: str | None, *vals: Any) -> TrainConfig:
         *vals, eval_path = vals  # the eval upload comes last (the form's inputs)
@@ -94,8 +96,8 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
         return finetune_form.train_config_from_form(dict(zip(names, vals, strict=True)), upload_path, eval_path, upload_dir=uploads_of(upload_dir, request),
                                                     runs_dir=jobs.runs_dir, allow_local_models=allow_local_models)
 
-    def on_predict(request: gr.Request, upload_path, *vals):
-        return finetune_form.prediction_or_warning(lambda: config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request))
+    def on_predict(request: gr.Request, card, upload_path, *vals):  # card: the estimator's planned card (a gr.State), None before a hand-off
+        return finetune_form.prediction_or_warning(lambda: config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request), card)
 
     @ui_errors
     def on_start(request: gr.Request, owner_v, upload_path, *vals):
@@ -108,6 +110,9 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
         info(space_view.started_md(jobs, name, lang_of(request)))  # started, or its number in the waiting line
         return name, gr.update(choices=run_view.run_choices(jobs), value=name)
 
+    def on_data_note(request: gr.Request, upload_path, *vals):  # after a refused Start: the data check's refusal beside the data field
+        return finetune_form.data_refusal(lambda: config_of(request, upload_path, *vals), lang_of(request))
+
     @ui_errors
     def on_inspect(request: gr.Request, upload_path, *vals):
         return finetune_form.data_check(config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request))
@@ -115,10 +120,10 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
     @ui_errors
     def on_preset(tier, upload_path, *vals):
         note, values = finetune_form.preset_values(dict(zip(names, vals[:-1], strict=True)), tier)  # the eval upload comes last
-        return [note, *[gr.update(value=values[n]) if n in values else gr.skip() for n in names]]
+        return [note, *[form_update(form[n], values[n]) if n in values else gr.skip() for n in names]]
 
     @ui_errors
     def on_show_cmd(request: gr.Request, upload_path, *vals):
         return gr.update(value=finetune_form.reproduce_command(config_of(request, upload_path, *vals), lang_of(request)), visible=True)
 
-    return SimpleNamespace(on_predict=on_predict, on_start=on_start, on_inspect=on_inspect, on_preset=on_preset, on_show_cmd=on_show_cmd)
+    return SimpleNamespace(on_predict=on_predict, on_start=on_start, on_data_note=on_data_note, on_inspect=on_inspect, on_preset=on_preset, on_show_cmd=on_show_cmd)

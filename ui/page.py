@@ -23,6 +23,7 @@ from ui.playground import build_playground
 from ui.playground_handlers import model_list_updates
 from ui.queues import ESTIMATE
 from ui.style import CSS
+from ui.widgets import form_update
 
 
 def launch_options() -> dict[str, Any]:
@@ -104,10 +105,10 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
                 warning(note)
             else:
                 info(tr("estimator.copied_with", rank=rank) if rank is not None else tr("estimator.copied"))
-            # the values, then the Fine-tune tab, where they now are
-            return [*[gr.update(value=values[n]) if n in values else gr.skip() for n in form], gr.Tabs(selected="ft")]
+            # the values, the card they were planned for (its prediction shows beside this machine's), then the Fine-tune tab
+            return [*[form_update(c, values[n]) if n in values else gr.skip() for n, c in form.items()], vals[1], gr.Tabs(selected="ft")]
 
-        est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], [*form.values(), tabs], api_name="copy_to_finetune")
+        est["copy_btn"].click(copy_to_finetune, [est["pick"], *est["inputs"]], [*form.values(), ft["card"], tabs], api_name="copy_to_finetune")
         demo.load(est["on_estimate"], est["inputs"], est["outputs"], api_name="estimate", **ESTIMATE)
         demo.load(None, None, [lang_switch], js=LANG_NOW_JS)
         # gradio translates a tab's label when the tab is first shown: the others come from the server, in the page's language
@@ -117,7 +118,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
             **ft["wake"])  # the opening run at once (the timer may have gone to sleep before it was set)
         demo.load(ft["init_owner"], [browser_key], [browser_key, ft["owner"]], api_visibility="private", queue=False)
         demo.load(ft["offer"], None, ft["offer_outputs"], api_name="interrupted_run")
-        demo.load(ft["predict"], ft["form_inputs"], [ft["prediction"]], api_name="predict_memory")
+        demo.load(ft["predict"], ft["predict_inputs"], [ft["prediction"]], api_name="predict_memory")
         # finished runs appear in the playground as soon as its tab is opened
         pg_tab.select(lambda: model_list_updates(jobs), None, pg["lists"], queue=False)
         # "Try it in the Playground" on a finished run: the playground opens on that run with its example prompt

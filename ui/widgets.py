@@ -9,7 +9,7 @@ import gradio as gr
 
 from engine import i18n
 from engine.errors import ConfigError
-from engine.fields import field_specs
+from engine.fields import decimal_text, field_specs
 from ui.language import T, error, lang_of
 
 
@@ -35,6 +35,29 @@ def named(comp: gr.components.Component, field: str, owner: str | None = None) -
 
     comp.preprocess = preprocess
     return comp
+
+
+def decimal_box(comp: gr.Textbox) -> gr.Textbox:
+    """A float field as text: a number set without the visitor's language is written as plain decimals (2e-05 ->
+    0.00002); handlers write it in the visitor's notation with `form_update`. What a person types goes to the dataclass as
+    typed (a decimal comma or point). (The instance's postprocess is wrapped, as `named` wraps preprocess.)"""
+    original = comp.postprocess
+
+    def postprocess(value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = decimal_text(value)
+        return original(value)
+
+    comp.postprocess = postprocess
+    return comp
+
+
+def form_update(comp: gr.components.Component, value: Any) -> Any:
+    """gr.update(value=...) for a form widget, in the visitor's notation: a number for a decimal text field (decimal_box)
+    is written as that visitor reads and types numbers (0,0002 on the Portuguese page). Call it inside a handler."""
+    if isinstance(comp, gr.Textbox) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = decimal_text(value, lang_of())
+    return gr.update(value=value)
 
 
 def choice_list(cls: type, name: str, values: tuple[str, ...] | list[str]) -> list[Any]:
@@ -67,9 +90,13 @@ def make_inputs(cls: type, *, only: list[str] | None = None, skip: tuple[str, ..
             comps[name] = named(gr.Dropdown(choices=choice_list(cls, name, spec.choices), **common), name, cls.__name__)
         elif spec.type in (int, float) and spec.min is not None and spec.max is not None and spec.step and (spec.max - spec.min) / spec.step <= 5000:
             comps[name] = named(gr.Slider(minimum=spec.min, maximum=spec.max, step=spec.step, **common), name, cls.__name__)
-        elif spec.type in (int, float):
+        elif spec.type is float:
+            # Text, not a browser number box (which read "0,0005" as 5): a decimal comma or point both parse (engine/fields.py
+            # parse_decimal), and the value is written back in the visitor's notation; the dataclass validates, naming the field.
+            comps[name] = decimal_box(gr.Textbox(**{**common, "value": decimal_text(value)}, max_lines=1))
+        elif spec.type is int:
             # No gradio-side bounds: the dataclass validates, with a message that names the field.
-            comps[name] = named(gr.Number(precision=0 if spec.type is int else None, **common), name, cls.__name__)
+            comps[name] = named(gr.Number(precision=0, **common), name, cls.__name__)
         else:
             comps[name] = gr.Textbox(**common)
     return comps

@@ -101,6 +101,15 @@ def _require_pairs(records: RecordSet, method: str) -> None:
         raise DataError(key="preference.msg.needs_pairs", method=method, source=display_name(records.source), format=records.format)
 
 
+def check_method_data(method: str, records: RecordSet) -> None:
+    """The method against its data, before any tokenizer: DPO and ORPO need preference pairs, GRPO prompts (any format
+    but plain text); keyed `DataError` otherwise. Other methods learn from any format."""
+    if method in ("dpo", "orpo"):
+        _require_pairs(records, method)
+    elif method == "grpo" and records.format == "text":
+        raise DataError(key="preference.msg.needs_prompts", source=display_name(records.source))
+
+
 def _encode_all(records: RecordSet, encode: Any) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
     kept, dropped = [], []
     for number, record in zip(records.rows, records.records, strict=True):
@@ -165,10 +174,7 @@ def inspect_pairs(cfg: TrainConfig, records: RecordSet, tokenizer: PreTrainedTok
     from .tokenize import length_histogram
 
     pairs = cfg.method in ("dpo", "orpo")
-    if pairs:
-        _require_pairs(records, cfg.method)
-    elif records.format == "text":
-        raise DataError(key="preference.msg.needs_prompts", source=display_name(records.source))
+    check_method_data(cfg.method, records)
     shown, lengths, dropped = [], [], list(records.dropped)
     for number, record in zip(records.rows, records.records, strict=True):
         try:

@@ -172,6 +172,24 @@ def recipes() -> list[Recipe]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _learning_rates() -> dict[str, Any]:
+    return dict(_load_yaml("recipes.yaml").get("learning_rates") or {})
+
+
+def method_learning_rate(method: str, model: str = "") -> float:
+    """The peak learning rate of a training method (presets/recipes.yaml learning_rates): the built-in compact models' own
+    where measured, else the method's (LoRA and QLoRA 2e-4, full 2e-5); TrainConfig's default for a method without one."""
+    rates = _learning_rates()
+    if model.startswith("builtin:") and method in (rates.get("builtin") or {}):
+        return float(rates["builtin"][method])
+    if isinstance(rates.get(method), (int, float)):
+        return float(rates[method])
+    from ..config import TrainConfig
+
+    return float(TrainConfig.__dataclass_fields__["learning_rate"].default)
+
+
 def recipes_for(tier_name: str) -> list[Recipe]:
     """The recipes suggested for one tier."""
     return [r for r in recipes() if r.tier == tier_name]

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ..config import MemoryQuery, TrainConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, EngineError
 from ..refs import BUILTIN_PREFIX, HUB_MODEL_ID_RE, MERGED_SUFFIX, RUN_PREFIX, is_plain_name, looks_like_path
 from ..sharing import check_local_model
-from .catalog import catalog_lookup
+from .catalog import HardwareTier, catalog_lookup, method_learning_rate, tier_by_name
 from .texts import KeyedConfigError, Msg
 
 
@@ -51,6 +51,52 @@ def train_values_from_query(q: MemoryQuery) -> dict[str, Any]:
     values["distributed"] = q.distributed if q.gpus > 1 else "none"
     if q.distributed != "none" and q.gpus > 1:
         values["gpus"] = q.gpus
+    return values
+
+
+def card_precision(training_precision: str, tier: HardwareTier) -> str:
+    """The Fine-tune form's precision for a plan made for `tier` (engine/hardware/device.py decides what it computes in):
+    `auto` where the plan's training precision is what auto picks on that card, and wherever an explicit choice could be
+    refused on it: a bf16 the card lacks (a T4: auto gives fp16 there, fp32 for the families that overflow in fp16, which
+    an explicit fp16 would meet as a refusal), any 16-bit choice on a CPU card (auto: bf16 autocast where that CPU is
+    fast at it, else fp32). The explicit choice otherwise: fp32, fp16 on a card with bf16, bf16 with everything in bf16."""
+    if training_precision == "fp32":
+        return "fp32"
+    if tier.kind == "cpu" or not tier.bf16:
+        return "auto"
+    return {"amp-bf16": "auto", "pure-bf16": "bf16", "amp-fp16": "fp16"}[training_precision]
+
+
+def card_training_precision(training_precision: str, tier_name: str) -> str:
+    """The estimator's training precision once the card `tier_name` is chosen: amp-fp16 on a GPU without bf16 (a T4)
+    where a bf16 one was set, amp-bf16 back on a card with bf16 where amp-fp16 was (the usual choice there: the same
+    memory), fp32 on a CPU card where amp-fp16 was (a CPU has no fast fp16); otherwise unchanged. An unknown card
+    changes nothing."""
+    try:
+        tier = tier_by_name(tier_name)
+    except EngineError:
+        return training_precision
+    if tier.kind == "cpu":
+        return "fp32" if training_precision == "amp-fp16" else training_precision
+    if not tier.bf16 and training_precision in ("amp-bf16", "pure-bf16"):
+        return "amp-fp16"
+    if tier.bf16 and training_precision == "amp-fp16":
+        return "amp-bf16"
+    return training_precision
+
+
+def train_values_for_card(q: MemoryQuery, tier_name: str) -> dict[str, Any]:
+    """The Fine-tune form values for a plan made on the card `tier_name`: train_values_from_query's, with the precision
+    that card takes (card_precision; the 4-bit layers compute in it too) and the peak learning rate of the method
+    (presets/recipes.yaml learning_rates), so that Start on that card accepts what the estimator proposed."""
+    values = train_values_from_query(q)
+    tier = tier_by_name(tier_name)
+    values["precision"] = card_precision(q.training_precision, tier)
+    if values.get("method") == "qlora":
+        values["quant.compute_dtype"] = values["precision"]
+    method = values.get("method")
+    if method is not None:
+        values["learning_rate"] = method_learning_rate(method, str(values.get("base_model", q.model)))
     return values
 
 

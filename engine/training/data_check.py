@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config import TrainConfig
 from ..data.build import eval_records, train_records
-from ..data.formats import load_records, record_texts
+from ..data.formats import RecordSet, load_records, record_texts
 from ..data.preview import DataInspection, inspect_records
 from ..errors import ModelLoadError
 from ..i18n import fmt_number, t
@@ -25,17 +25,39 @@ from ..objectives import OBJECTIVE_METHODS
 CHECK_ROWS = 20_000
 
 
+def check_data(cfg: TrainConfig, *, hub: bool = True) -> None:
+    """The data check's refusals that need no tokenizer, raised as the keyed `DataError` the run would end with: the
+    training and eval rows read as the run reads them (an empty file, columns that match no format, a column mapping
+    that names missing columns, no usable row) and the method against its data (DPO/ORPO without pairs, GRPO on plain
+    text). hub=False: a hub:owner/name dataset is not read (Start does not download it; the run does, and meets the
+    same refusals)."""
+    from ..refs import is_hub_ref
+
+    if hub or not is_hub_ref(cfg.dataset):
+        _checked_records(cfg, evals=hub or not is_hub_ref(cfg.eval_dataset))
+
+
+def _checked_records(cfg: TrainConfig, *, evals: bool = True) -> tuple[RecordSet, RecordSet | None]:
+    """(train records, eval records or None) of `cfg`, with check_data's refusals."""
+    from ..data.pairs import check_method_data
+
+    records = train_records(cfg)  # the same rows the run will load (Hub source and column mapping included)
+    other = eval_records(cfg) if evals else None
+    if cfg.method in OBJECTIVE_METHODS:
+        check_method_data(cfg.method, records)
+    return records, other
+
+
 def inspect_dataset(cfg: TrainConfig, runs_dir: Path, n_preview: int = 3, lang: str = "en") -> DataInspection:
     """Preview + validation report of `cfg.dataset` for `cfg`'s model, sequence length and masking (the first
     CHECK_ROWS rows of a larger dataset, with a note), in `lang`."""
     from ..models.tokenizer import ensure_chat_template
 
-    records = train_records(cfg)  # the same rows the run will load (Hub source and column mapping included)
+    records, evals = _checked_records(cfg)  # the data check's refusals first (check_data: what Start checks too)
     if len(records) > CHECK_ROWS:
         total = len(records)
         records = dataclasses.replace(records, records=records.records[:CHECK_ROWS], rows=records.rows[:CHECK_ROWS],
                                       notes=[*records.notes, t("finetune.check.capped", lang, n=fmt_number(CHECK_ROWS, lang), total=fmt_number(total, lang))])
-    evals = eval_records(cfg)
     tokenizer, which = _tokenizer_for(cfg, runs_dir, record_texts(records))
     ensure_chat_template(tokenizer)  # the data layer takes a tokenizer ready for chat, as the run's loaders give it
     which_text = t("finetune.check.which_trained", lang) if which is None else t("finetune.check.which_model", lang, model=which)

@@ -209,9 +209,10 @@ class JobManager:
         run's references go through the visitor gate first (engine/refs.py `check_visitor_refs`), whichever entry started
         it; on a Space in demo mode a run above the Space's limits is refused next, naming the limit (engine/space.py)."""
         from .. import space
-
+        from .preflight import check_before_start, check_data_before_start
         check_visitor_refs({name: getattr(cfg, name, "") for name in (*MODEL_REF_FIELDS, *DATA_REF_FIELDS)})
         space.check_train_config(cfg, self.runs_dir)  # before the lock: sizing a Hub model asks the Hub
+        check_data_before_start(cfg)  # before the lock, reading the rows: data bound to fail never starts a run
         with self._lock:
             busy = self.active()
             waits = bool(busy or self.active_merge()) and self.queue
@@ -223,7 +224,6 @@ class JobManager:
             run_dir = run_path(self.runs_dir, name)
             if run_dir.exists() and any(run_dir.iterdir()):
                 raise JobError(key="message.jobs.name_taken", name=name)
-            from .preflight import check_before_start
             check_before_start(cfg, self.runs_dir)  # refusals before side effects: a refused config leaves no folder
             run_dir.mkdir(parents=True, exist_ok=True)
             save_config(run_dir, cfg)

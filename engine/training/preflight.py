@@ -4,9 +4,14 @@ A run refused for its settings (a precision this device or model family cannot t
 dtype likewise, FSDP without GPUs) must leave no run folder behind, whether it was started from the command line
 (`python -m engine train`, engine/cli.py) or from the page (engine/training/jobs.py `JobManager.start`), so both
 call `check_before_start` before they create the folder; the run itself (engine/training/run.py) resolves its
-precision with the same function, so the three cannot disagree. Only checks that need no weights and no data
-belong here: the others (LoRA targets, the eval set for early stopping) are known once the model or the data is
-loaded, and end the run as failed with its message.
+precision with the same function, so the three cannot disagree. Only checks that need no weights belong here: the
+others (LoRA targets, the eval set for early stopping) are known once the model is loaded, and end the run as failed
+with its message.
+
+`check_data_before_start` is the data check's refusals ("Check the data", engine/training/data_check.py: rows that
+cannot be read, columns that match no format, a method without the data it needs), which the page, the MCP tool
+(both through `JobManager.start`) and `python -m engine train` run before the run folder exists, so that data bound
+to fail never starts a run. The run itself reads the data once, later, and does not repeat it.
 """
 
 from __future__ import annotations
@@ -60,3 +65,12 @@ def check_before_start(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo | No
     if cfg.method == "qlora":
         resolve_dtype(cfg.quant.compute_dtype, precision.device, field="quant.compute_dtype", model_type=precision.model_type)
     return precision
+
+
+def check_data_before_start(cfg: TrainConfig) -> None:
+    """The data check's refusals (keyed DataError, in the visitor's language where rendered) before a run folder exists:
+    local files and built-in samples are read as the run reads them; a hub:owner/name dataset is left to the run (Start
+    does not download it)."""
+    from .data_check import check_data
+
+    check_data(cfg, hub=False)

@@ -113,7 +113,8 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
         output=output,
         path=str(run.run_dir / output),
         steps=built.trainer.state.global_step,
-        final_loss=result.training_loss,
+        final_loss=result.training_loss,  # the mean over the run (the Trainer's training_loss)
+        last_loss=next((h["loss"] for h in reversed(built.trainer.state.log_history) if "loss" in h), None),  # the last logged step's
         eval_loss=eval_loss,
         peak_gib=round(peak, 3),
         peak_reserved_gib=peak_reserved_gib(run.device),  # CUDA: allocated + fragmentation (None on a CPU)

@@ -21,7 +21,7 @@ from ..config import MemoryQuery
 from ..errors import EngineError, for_people
 from ..estimator import memory
 from ..estimator.catalog import HardwareTier, catalog_lookup, choice_label, tier_by_name
-from ..estimator.handoff import train_values_from_query
+from ..estimator.handoff import card_training_precision, train_values_for_card
 from ..estimator.local_card import default_tier
 from ..estimator.own_runs import RunPoint, capacity_correction, run_points
 from ..estimator.recipes import tier_for_device
@@ -310,10 +310,22 @@ def memory_status_line(predicted_gib: float | None, measured_gib: float | None, 
 
 
 def finetune_values(q: MemoryQuery, tier: str, pick: int | None) -> tuple[dict[str, Any], int | None]:
-    """The Fine-tune form values (dotted TrainConfig names) for the query, with make-it-fit suggestion #pick applied
-    when there is one; and the rank of the suggestion applied (None: none)."""
+    """The Fine-tune form values (dotted TrainConfig names) for the query planned on the card `tier`, with make-it-fit
+    suggestion #pick applied when there is one; and the rank of the suggestion applied (None: none). The values are the
+    card's (engine/estimator/handoff.py train_values_for_card: its precision, the method's learning rate)."""
     sugg = memory.make_it_fit(q, tier) if pick else []
     chosen = next((s for s in sugg if s.rank == int(pick)), None)
     if chosen is not None:
         q = from_flat(MemoryQuery, {**{k: getattr(q, k) for k in q.__dataclass_fields__}, **chosen.changes})
-    return train_values_from_query(q), None if chosen is None else chosen.rank
+    return train_values_for_card(q, tier), None if chosen is None else chosen.rank
+
+
+def form_defaults(tier: str) -> dict[str, Any]:
+    """The estimator form's opening values on the card `tier` (FORM_DEFAULTS, the training precision that card takes)."""
+    default = MemoryQuery.__dataclass_fields__["training_precision"].default
+    return {**FORM_DEFAULTS, "training_precision": card_training_precision(str(default), tier)}
+
+
+def precision_for_card(training_precision: str, tier: str) -> str:
+    """The estimator's training precision when the card `tier` is picked (never bf16 on a card without it)."""
+    return card_training_precision(training_precision, tier)

@@ -117,10 +117,55 @@ def form_model_type(cfg: TrainConfig, runs_dir: Path | None) -> str | None:
         return None
 
 
-def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str = "en") -> tuple[str, str | None]:
+def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str = "en", card: str | None = None) -> tuple[str, str | None]:
     """(markdown in `lang`, verdict) of the estimator for this form on the machine the run will use. On a GPU the
     prediction is what PyTorch allocates there; on a CPU it is the model's training alone (weights, gradients, optimizer,
-    activations), while the run measures the whole process (Python and PyTorch included)."""
+    activations), while the run measures the whole process (Python and PyTorch included). card: the hardware tier the
+    settings were planned for in the estimator (its hand-off), whose prediction is shown beside this machine's."""
+    text, verdict = _this_machine_prediction(cfg, runs_dir, lang)
+    if card and verdict is not None:
+        text += "\n\n" + card_prediction(cfg, card, runs_dir, lang)
+    return text, verdict
+
+
+def card_prediction(cfg: TrainConfig, card: str, runs_dir: Path | None = None, lang: str = "en") -> str:
+    """One line in `lang`: this form's memory on the card `card` (a hardware tier of presets/hardware.yaml) the settings
+    were planned for, in the precision that card computes in (the device policy of engine/hardware/device.py asked about
+    a stand-in of that card), against its usable memory; or why that card refuses the precision."""
+    from ..errors import ConfigError
+    from ..estimator.catalog import tier_by_name
+    from ..estimator.handoff import estimate_train, fit_verdict
+    from ..estimator.texts import tier_name
+    from ..hardware.device import dtype_name, resolve_dtype
+
+    tier = tier_by_name(card)
+    name = tier_name(tier, lang)
+    device = tier_device(tier)
+    try:
+        dtype = dtype_name(resolve_dtype(cfg.precision, device, field="precision", model_type=form_model_type(cfg, runs_dir) if device.gpu_policy else None))
+    except ConfigError as exc:
+        return t("right_first_try.card_refused", lang, card=name, why=exc.render(lang))
+    est = estimate_train(cfg, dtype, on_cpu=tier.kind == "cpu")
+    # what that card must hold: the estimate with that card's own CUDA context (or runtime, on a CPU card) in place of the calibration's
+    need = (est.resident_gib if tier.kind != "cpu" else est.total_gib) - est.breakdown_gib.get("CUDA context", 0.0) + tier.cuda_context_gib
+    verdict = fit_verdict(need, tier.usable_gib)
+    word = {"fits": "✅ ", "tight": "⚠ ", "no": "❌ "}[verdict] + t(f"finetune.predict.verdict.{verdict}", lang)
+    return t("right_first_try.card_prediction", lang, card=name, need=fmt_number(round(need, 2), lang), usable=fmt_number(round(tier.usable_gib, 1), lang, 1),
+             dtype=dtype, word=word)
+
+
+def tier_device(tier: Any) -> Any:
+    """A stand-in DeviceInfo of a hardware tier, for the device policy: a GPU with bf16 (compute capability 8.0) or without
+    (7.5, a T4's), or a CPU (auto computes in fp32 there unless that CPU is measured fast at bf16)."""
+    from ..hardware.device import DeviceInfo
+
+    if tier.kind == "cpu":
+        return DeviceInfo("cpu", tier.label, tier.total_gib, True, None)
+    return DeviceInfo("cuda", tier.label, tier.total_gib, tier.bf16, (8, 0) if tier.bf16 else (7, 5), bf16_fast=tier.bf16)
+
+
+def _this_machine_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str = "en") -> tuple[str, str | None]:
+    """memory_prediction for this machine alone."""
     from ..estimator.handoff import estimate_train, fit_verdict
     from ..hardware.device import detect_device, dtype_name, precision_reason, resolve_dtype
 
@@ -154,16 +199,33 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str 
     return f"{head}\n\n{line} · {where}" + ("" if verdict == "fits" else " — " + t("finetune.predict.make_it_fit", lang)), verdict
 
 
-def prediction_or_warning(config: Callable[[], TrainConfig], runs_dir: Path | None = None, lang: str = "en") -> str:
-    """memory_prediction's text for the config that config() makes; an engine error (making the config or predicting)
-    as a warning line instead, in `lang`: the prediction updates as the form changes and never raises."""
+def prediction_or_warning(config: Callable[[], TrainConfig], runs_dir: Path | None = None, lang: str = "en", card: str | None = None) -> str:
+    """memory_prediction's text for the config that config() makes (with the planned `card`'s line); an engine error
+    (making the config or predicting) as a warning line instead, in `lang`: the prediction updates as the form changes
+    and never raises."""
     try:
         cfg = config()
-        text = memory_prediction(cfg, runs_dir, lang)[0]
+        text = memory_prediction(cfg, runs_dir, lang, card)[0]
     except EngineError as exc:
         return f"⚠ {exc.render(lang)}"
     notes = [offline_note(ref, lang) for ref in models_to_download(cfg)]  # offline: said before Start, with the alternative
     return "\n\n".join([*filter(None, notes), text])
+
+
+def data_refusal(config: Callable[[], TrainConfig], lang: str = "en") -> str:
+    """The line beside the data field after Start was refused: the data check's refusal in `lang` (what Start met,
+    engine/training/preflight.py check_data_before_start), or empty when the data is not what stopped it."""
+    from ..training.preflight import check_data_before_start
+
+    try:
+        cfg = config()
+    except EngineError:
+        return ""  # the form itself was refused (the toast says why): not the data
+    try:
+        check_data_before_start(cfg)
+    except EngineError as exc:
+        return "⚠ " + t("right_first_try.data_refused", lang, why=exc.render(lang))
+    return ""
 
 
 def models_to_download(cfg: TrainConfig) -> list[str]:

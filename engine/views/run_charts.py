@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from ..i18n import LANGS, fmt_number, t
-from .run_log import when_text
+from .run_log import fmt_signed, when_text
 
 SMOOTHED = ("train", "pretraining")  # dense series (one point per logging step) that get a smoothed copy; eval is sparse
 COLORS = {"train": "#9dbcf5", "train~": "#1f5fd6", "eval": "#f28e2b", "pretraining": "#c4c4c4", "pretraining~": "#6b6b6b"}
@@ -171,7 +171,7 @@ def completions_html(events: Iterable[dict[str, Any]], lang: str = "en") -> str:
         return ""
     cell = "padding:4px 6px;vertical-align:top"
     rows = "".join(
-        f"<tr><td style='{cell};text-align:right'><b>{float(s.get('reward') or 0.0):+.2f}</b></td>"
+        f"<tr><td style='{cell};text-align:right'><b>{fmt_signed(s.get('reward') or 0.0, lang)}</b></td>"
         f"<td style='{cell}'><code>{html.escape(str(s.get('completion', '')).strip()[:80]) or '∅'}</code></td>"
         f"<td style='{cell}'><code>{html.escape(str(s.get('answer') or ''))}</code></td></tr>" for s in latest["samples"])
     cols = "".join(f"<th style='{cell};text-align:left'>{html.escape(t(f'preference.samples.col.{c}', lang))}</th>" for c in ("reward", "answer", "expected"))

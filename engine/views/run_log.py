@@ -32,7 +32,8 @@ def fmt_plain(value: float, lang: str = "en", significant: int = 2) -> str:
 
 
 def fmt_duration(seconds: float | None) -> str:
-    """45 s, 2 min 05 s, 1 h 03 min: the same words in English and Portuguese."""
+    """45 s, 2 min 05 s, 1 h 03 min, and past 48 hours days: 122 d 01 h (not "2928 h 53 min"); the same abbreviations in
+    English and Portuguese."""
     if seconds is None:
         return ""
     s = max(0, int(round(float(seconds))))
@@ -40,7 +41,17 @@ def fmt_duration(seconds: float | None) -> str:
         return f"{s} s"
     if s < 3600:
         return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    if s < 48 * 3600:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600:02d} h"
+
+
+def fmt_signed(value: float, lang: str = "en") -> str:
+    """A reward with its sign, in the language's notation: +1, +0,33 (pt-BR), −0.5; 0 without a sign."""
+    x = float(value)
+    if x == 0 or not math.isfinite(x):
+        return fmt_plain(x, lang)
+    return ("+" if x > 0 else "−") + fmt_plain(abs(x), lang)
 
 
 def fmt_loss(value: float | None, lang: str = "en") -> str:
@@ -120,7 +131,7 @@ def objective_parts(ev: dict[str, Any], lang: str = "en") -> list[str]:
 
 def _completions_line(ev: dict[str, Any], lang: str) -> str:
     """GRPO's sampled answers of a logging step with their rewards: 🎲 step 30: +1 «1953-10-13» (expected «1953-10-13») | ..."""
-    shown = [t("preference.log.sample", lang, reward=f"{float(s.get('reward') or 0.0):+.2f}", answer=str(s.get("completion", "")).strip()[:60],
+    shown = [t("preference.log.sample", lang, reward=fmt_signed(s.get("reward") or 0.0, lang), answer=str(s.get("completion", "")).strip()[:60],
                expected=str(s.get("answer") or "")[:40]) for s in ev.get("samples") or []]
     return "🎲 " + t("preference.log.samples", lang, step=fmt_number(ev.get("step", 0), lang)) + " " + " | ".join(shown)
 
@@ -150,8 +161,11 @@ def _task_line(ev: dict[str, Any], lang: str) -> str:
 
 
 def _done_line(ev: dict[str, Any], lang: str) -> str:
-    return "✅ " + t("finetune.log.done", lang, steps=fmt_number(ev.get("steps", 0), lang), took=fmt_duration(ev.get("duration_s")),
-                    loss=fmt_loss(ev.get("final_loss"), lang), output=f"{ev.get('output', '?')}/")
+    """The run's last line: the last logged step's loss, and the run's mean loss (what the Trainer reports) named as the
+    mean; a run recorded before the last step's loss was written shows the mean alone, named as such."""
+    key = "right_first_try.done" if ev.get("last_loss") is not None else "right_first_try.done_mean"
+    return "✅ " + t(key, lang, steps=fmt_number(ev.get("steps", 0), lang), took=fmt_duration(ev.get("duration_s")),
+                    last=fmt_loss(ev.get("last_loss"), lang), mean=fmt_loss(ev.get("final_loss"), lang), output=f"{ev.get('output', '?')}/")
 
 
 def _stopped_line(ev: dict[str, Any], lang: str) -> str:

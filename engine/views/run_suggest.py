@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 SLOW_RUN_S = 600.0  # a first run longer than this (about ten minutes) gets the suggestion
 MAX_SHOWN = 3  # settings listed, fastest first
+# steps timed before any advice: the first steps carry the start-up (the first batch, the allocator, a loaded machine's
+# bursts); at step 1 a first run once read "14 minutes left" and advised shorter settings, then took 1-4 minutes
+MIN_TIMED_STEPS = 20
 
 
 @dataclass(frozen=True)
@@ -70,13 +73,13 @@ def shorter_runs(seconds_per_step: float, max_steps: int, max_seq_len: int, micr
 
 
 def shorter_run_md(s: RunSummary, lang: str = "en") -> str:
-    """The suggestion for the watched run, as Markdown in `lang`; "" unless it is a first run, training, with a measured
-    speed, and more than SLOW_RUN_S left."""
+    """The suggestion for the watched run, as Markdown in `lang`; "" unless it is a first run, training, with a speed
+    measured over at least MIN_TIMED_STEPS steps, and more than SLOW_RUN_S left."""
     last = s.last_progress or {}
     if s.state != "running" or s.phase != "training" or not is_first_run_kind(s.base_model, s.dataset, s.method):
         return ""
     step, elapsed, eta = last.get("step") or 0, last.get("elapsed_s"), last.get("eta_s")
-    if step < 1 or not elapsed or eta is None:
+    if step < MIN_TIMED_STEPS or not elapsed or eta is None:
         return ""
     measuring = float(s.task_seconds.get("before", 0.0))
     left = float(eta) + (measuring if "after" not in s.task_scores else 0.0)

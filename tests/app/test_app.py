@@ -122,12 +122,14 @@ def test_estimator_shows_your_runs_after_a_run(client, runs_dir):
     assert any("ui-lora" in str(row) for row in data)
 
 
-def test_upload_of_a_bad_file_is_a_clear_error(client, tmp_path):
+def test_upload_of_a_bad_file_is_a_clear_error(client, tmp_path, runs_dir):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"instruction": "a", "output": "b"}\n{not json\n')
     values = _defaults(TrainConfig, FT_NAMES, {"max_steps": 2, "run_name": "ui-bad"})
-    # the upload itself is accepted (validation happens in the run, which fails with the line number)
-    assert client.predict(handle_file(str(bad)), *values, api_name="/start_training")["value"] == "ui-bad"
+    # Start checks the data first (issue 32): refused with the line number, and no run folder
+    with pytest.raises(Exception, match="line 2"):
+        client.predict(handle_file(str(bad)), *values, api_name="/start_training")
+    assert not (runs_dir / "ui-bad").exists()
 
 
 @pytest.mark.parametrize("override,fragment", [({"learning_rate": -1}, "learning_rate"), ({"base_model": "/etc/passwd"}, "server paths"),

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from engine.config import TrainConfig
-from engine.errors import JobError
+from engine.config import LoraSettings, TrainConfig
+from engine.errors import DataError, JobError
 from engine.runs import last_complete_checkpoint, read_events
 from engine.training.jobs import JobManager
 
@@ -78,10 +78,14 @@ def test_stop_right_after_start_is_not_lost(runs_dir):
 
 def test_failed_run_reports_error(runs_dir):
     jobs = JobManager(runs_dir)
-    name = jobs.start(_cfg("t-fail", 2, dataset=str(runs_dir / "missing.jsonl")))
+    with pytest.raises(DataError, match="missing.jsonl"):  # missing data: refused by Start itself, no run folder (issue 32)
+        jobs.start(_cfg("t-missing", 2, dataset=str(runs_dir / "missing.jsonl")))
+    assert not (runs_dir / "t-missing").exists()
+    # what only the loaded model can say (LoRA targets it does not have) ends the started run as failed, with the message
+    name = jobs.start(_cfg("t-fail", 2, lora=LoraSettings(targets="no_such_proj")))
     _wait(lambda: jobs.status(name).state != "running", 120, "the run to fail")
     s = jobs.status(name)
-    assert s.state == "failed" and "missing.jsonl" in (s.error or "")
+    assert s.state == "failed" and "no_such_proj" in (s.error or ""), s.error
 
 
 def test_oom_retry_halves_micro_batch_and_keeps_effective_batch(runs_dir):

@@ -26,7 +26,7 @@ def test_the_objective_plot_has_the_methods_metrics_in_the_visitors_language():
 
 def test_sampled_answers_with_their_reward_escaped():
     page = completions_html(GRPO_EVENTS, "pt-BR")
-    assert "Respostas amostradas no passo 10" in page and "+1.00" in page and "&lt;b&gt;05/09&lt;/b&gt;" in page and "<b>05/09" not in page
+    assert "Respostas amostradas no passo 10" in page and "<b>+1</b>" in page and "<b>0</b>" in page and "&lt;b&gt;05/09&lt;/b&gt;" in page and "<b>05/09" not in page
     assert completions_html(DPO_EVENTS) == ""
 
 
@@ -34,7 +34,12 @@ def test_log_lines_carry_the_metrics():
     assert "margin 0.5" in event_line(DPO_EVENTS[1]) and "chosen wins 88%" in event_line(DPO_EVENTS[1])
     assert "recompensa 0,4 ± 0,3" in event_line(GRPO_EVENTS[0], "pt-BR") and "respostas de 11 tokens" in event_line(GRPO_EVENTS[0], "pt-BR")
     line = event_line(GRPO_EVENTS[1])
-    assert line.startswith("🎲") and "+1.00 «2023-09-05» (expected «2023-09-05»)" in line
+    assert line.startswith("🎲") and "+1 «2023-09-05» (expected «2023-09-05»)" in line and " 0 «<b>05/09</b>»" in line
+    # partial credit in the visitor's notation (issue 32: not +0.00, not 0.33 on the Portuguese page)
+    partial = {"type": "completions", "step": 20, "samples": [{"completion": "2023-09", "answer": "2023-09-05", "reward": 0.333},
+                                                             {"completion": "x", "answer": "2023-09-05", "reward": -0.5}]}
+    assert "+0,33 «2023-09»" in event_line(partial, "pt-BR") and "−0,5 «x»" in event_line(partial, "pt-BR")
+    assert "+0.33 «2023-09»" in event_line(partial) and "<b>+0,33</b>" in completions_html([partial], "pt-BR")
     assert "margin" not in event_line({"type": "progress", "step": 1, "loss": 1.0})
 
 

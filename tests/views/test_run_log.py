@@ -26,6 +26,8 @@ def test_small_numbers_never_in_scientific_notation(value, en, pt):
 
 def test_durations_and_losses():
     assert [fmt_duration(s) for s in (45, 125, 3725, None)] == ["45 s", "2 min 05 s", "1 h 02 min", ""]
+    # past 48 hours, days (issue 32: a 10,000,000-step run read "2928 h 53 min")
+    assert [fmt_duration(s) for s in (47 * 3600 + 59 * 60, 48 * 3600, 2928 * 3600 + 53 * 60)] == ["47 h 59 min", "2 d 00 h", "122 d 00 h"]
     assert fmt_loss(2.0) == "2.000" and fmt_loss(1234.5678, "pt-BR") == "1.234,568" and fmt_loss(None) == "—"
 
 
@@ -50,7 +52,7 @@ def test_the_log_renders_each_event_and_hides_server_folders():
         {"type": "samples", "step": 200, "samples": []},  # nothing for a person here
         {"type": "eval", "step": 200, "eval_loss": 0.9, "perplexity": 2.46},
         {"type": "task_score", "when": "after", "accuracy": 0.75, "n": 100},
-        {"type": "done", "steps": 1000, "duration_s": 77.2, "final_loss": 0.5, "output": "model", "path": "/srv/runs/r/model"},
+        {"type": "done", "steps": 1000, "duration_s": 77.2, "final_loss": 0.5, "last_loss": 0.007, "output": "model", "path": "/srv/runs/r/model"},
     ]
     text = log_text(events, scrub=lambda s: s.replace("/srv/models", "~"))
     assert text.splitlines() == [
@@ -61,11 +63,15 @@ def test_the_log_renders_each_event_and_hides_server_folders():
         "step 120/1,000 · loss 1.234 · lr 0.0008 · 1,234 tokens/s · 0.52 GiB",
         "eval at step 200: loss 0.900 (perplexity 2.46)",
         "🎯 date task (after): 75% right (75/100)",
-        "✅ finished: 1,000 steps in 1 min 17 s · last loss 0.500 · saved model/",
+        "✅ finished: 1,000 steps in 1 min 17 s · loss at the last step 0.007 (mean over the run 0.500) · saved model/",
     ]
     assert "/srv" not in text and "{'" not in text  # no server path, no raw Python dict
     pt = log_text(events, "pt-BR")
     assert "🎯 tarefa das datas (depois): 75% de acertos (75/100)" in pt and "concluído: 1.000 passos em 1 min 17 s" in pt
+    assert "loss no último passo 0,007 (média do treino 0,500)" in pt  # the last step's loss, and the mean named as the mean
+    # a run recorded before the last step's loss was written: the mean, said to be the mean
+    old = event_line({"type": "done", "steps": 10, "duration_s": 5, "final_loss": 0.489, "output": "model"}, "pt-BR")
+    assert "loss média do treino 0,489" in old and "última" not in old
     assert len(log_text([PROGRESS] * 500).splitlines()) == 200  # the newest lines only
     assert event_line({"type": "stopped", "step": 40, "checkpoint": "checkpoint-40"}, "pt-BR") == "⏸ parado no passo 40 (checkpoint checkpoint-40)"
     assert event_line({"type": "error", "kind": "oom", "message": "CUDA out of memory"}) == "❌ error: CUDA out of memory"

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from engine.config import TrainConfig
 from engine.runs import RunSummary, save_config
-from engine.views.run_suggest import SLOW_RUN_S, first_run_points, shorter_run_md, shorter_runs
+from engine.views.run_suggest import MIN_TIMED_STEPS, SLOW_RUN_S, first_run_points, shorter_run_md, shorter_runs
 
 FIRST = {"method": "full", "base_model": "builtin:compact-mini", "dataset": "builtin:dates", "max_steps": 500, "max_seq_len": 72,
          "micro_batch_size": 16, "learning_rate": 1e-3}
 
 
-def _running(tmp_path, per_step: float, step: int = 10, **cfg) -> RunSummary:
+def _running(tmp_path, per_step: float, step: int = 20, **cfg) -> RunSummary:
     config = TrainConfig(**{**FIRST, **cfg})
     save_config(tmp_path, config)
     return RunSummary(name="first", path=tmp_path, state="running", phase="training", method=config.method, base_model=config.base_model,
@@ -46,6 +46,9 @@ def test_no_suggestion_for_a_fast_run_another_kind_of_run_or_before_the_first_st
     measuring = _running(tmp_path, per_step=7.0)
     measuring.phase = "scoring the date task (after)"
     assert shorter_run_md(measuring) == ""
+    # no advice from fewer than MIN_TIMED_STEPS steps of timing (issue 32: at step 1 a first run was told to stop)
+    assert shorter_run_md(_running(tmp_path, per_step=7.0, step=1)) == "" and shorter_run_md(_running(tmp_path, per_step=7.0, step=19)) == ""
+    assert shorter_run_md(_running(tmp_path, per_step=7.0, step=MIN_TIMED_STEPS)) != ""
 
 
 def test_the_time_of_a_setting_scales_with_the_tokens_a_step_reads():
