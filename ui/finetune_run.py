@@ -54,7 +54,8 @@ def watched_run() -> SimpleNamespace:
 def run_actions(jobs: JobManager) -> SimpleNamespace:
     """The run picker, "Try it in the Playground" (a finished run with a model), resume, retry after OOM and delete."""
     with gr.Row():
-        run_pick = gr.Dropdown(choices=run_view.run_choices(jobs), label=T("finetune.actions.run"), info=T("finetune.actions.run_info"), scale=3,
+        # filled for each session when it loads the page (never baked into the page's configuration: docs/security.md)
+        run_pick = gr.Dropdown(choices=[], value=None, label=T("finetune.actions.run"), info=T("finetune.actions.run_info"), scale=3,
                                elem_id="finetune-run-pick")
         with gr.Column(scale=2, min_width=160):
             try_btn = gr.Button(T("finetune.actions.try"), variant="primary", visible=False, elem_id="finetune-try")

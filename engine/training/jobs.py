@@ -30,7 +30,6 @@ machine is free. In demo mode every run is checked against the Space's limits be
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -40,6 +39,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from .. import run_access
 from ..config import TrainConfig
 from ..errors import JobError
 from ..refs import DATA_REF_FIELDS, MODEL_REF_FIELDS, check_visitor_refs
@@ -48,11 +48,6 @@ from ..sharing import child_env, is_shared
 from . import queue as waiting
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _owner_hash(owner: str) -> str:
-    # only a hash lands in the run folder: a zipped or shared run does not give away the browser's key
-    return hashlib.sha256(owner.encode("utf-8")).hexdigest()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -187,20 +182,13 @@ class JobManager:
             name = f"{base}-{i}"
         return name
 
-    def may_control(self, name: str, owner: str | None) -> bool:
-        """May the holder of `owner` stop, resume, retry or delete run `name`? (See the module docstring.)"""
-        if not self.owner_only:
-            return True
-        try:
-            recorded = (run_path(self.runs_dir, name) / "owner").read_text(encoding="ascii").strip()
-        except OSError:
-            return False  # started without an owner key (the CLI): not controllable through a shared app
-        return bool(owner) and _owner_hash(owner) == recorded
+    def may_control(self, name: str, owner: str | None, action: str = "stop") -> bool:
+        """May the holder of `owner` do `action` with run `name`? (engine/run_access.py, the one gate.)"""
+        return run_access.may_access(self.runs_dir, name, owner, action, owner_only=self.owner_only)
 
     def check_control(self, name: str, owner: str | None, action: str) -> None:
-        """Raise JobError unless `owner` may act on run `name`."""
-        if not self.may_control(name, owner):
-            raise JobError(key=f"message.jobs.not_yours.{action}", name=name)
+        """Raise JobError unless `owner` may do `action` with run `name` (engine/run_access.py `check_run_access`)."""
+        run_access.check_run_access(self.runs_dir, name, owner, action, plain=True, owner_only=self.owner_only)
 
     def start(self, cfg: TrainConfig, owner: str | None = None) -> str:
         """Start a new run; while another run (or a merge) is going, queue it (`queue`) or refuse. Returns the run name.
@@ -210,6 +198,9 @@ class JobManager:
         from .. import space
 
         check_visitor_refs({name: getattr(cfg, name, "") for name in (*MODEL_REF_FIELDS, *DATA_REF_FIELDS)})
+        # a new run from another visitor's run would hand its weights out (its zip); a teacher is only used
+        run_access.check_run_access(self.runs_dir, cfg.base_model, owner, "train_from", owner_only=self.owner_only)
+        run_access.check_run_access(self.runs_dir, getattr(cfg, "teacher_model", ""), owner, "teacher", owner_only=self.owner_only)
         space.check_train_config(cfg, self.runs_dir)  # before the lock: sizing a Hub model asks the Hub
         with self._lock:
             busy = self.active()
@@ -227,7 +218,7 @@ class JobManager:
             run_dir.mkdir(parents=True, exist_ok=True)
             save_config(run_dir, cfg)
             if owner:
-                atomic_write_text(run_dir / "owner", _owner_hash(owner) + "\n")
+                atomic_write_text(run_dir / run_access.OWNER_FILE, run_access.owner_hash(owner) + "\n")
             if waits:
                 waiting.enqueue(run_dir, resume=False)
                 self._supervise()
