@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
+from engine import run_access
 from engine.config import GgufSettings
 from engine.fields import field_specs
 from engine.training.jobs import JobManager
@@ -130,6 +131,8 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
         return tuple(gr.update(visible=v) for v in run_view.run_buttons(jobs, pick))
 
     def poll_values(name, pick, log_scale, smoothing, lang):  # None, or (the parts' values, whether the run trains)
+        for run in {name, pick} - {None, ""}:  # any visitor may watch a run (engine/run_access.py)
+            run_access.check_run_access(jobs.runs_dir, run, None, "watch", plain=True, owner_only=jobs.owner_only)
         w = run_view.watched_outputs(jobs, name, lang, log_scale=bool(log_scale), smoothing=float(smoothing or 0))
         if w is None:
             return None
