@@ -63,13 +63,18 @@ def run_name_of(ref: str | None, *, plain: bool = False) -> str | None:
     return ref if plain and ref else None
 
 
+def recorded_owner(runs_dir: Path, name: str) -> str | None:
+    """The hash of the key that started run `name` (its owner file), None for a run started without one."""
+    try:
+        return (run_path(runs_dir, name) / OWNER_FILE).read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None
+
+
 def is_owner(runs_dir: Path, name: str, owner: str | None) -> bool:
     """Does the holder of `owner` own run `name` (its owner file holds the hash of that key)?"""
-    try:
-        recorded = (run_path(runs_dir, name) / OWNER_FILE).read_text(encoding="ascii").strip()
-    except OSError:
-        return False  # started without an owner key (the CLI): nobody a visitor can prove to be
-    return bool(owner) and owner_hash(owner) == recorded
+    recorded = recorded_owner(runs_dir, name)  # None: started without an owner key (the CLI), nobody a visitor can prove to be
+    return bool(owner and recorded) and owner_hash(owner) == recorded
 
 
 def may_access(runs_dir: Path, name: str, owner: str | None, action: str, *, owner_only: bool | None = None) -> bool:

@@ -19,8 +19,8 @@ ENGINE = ROOT / "engine"
 LAYERS = [
     {"errors", "fields", "i18n", "refs", "sharing", "objectives"},
     {"config"},
-    {"runs", "hardware"},
-    {"models", "data", "estimator", "space"},  # space: the demo limits size a base model through models.references
+    {"runs", "hardware", "run_access"},  # run_access: the one gate for what may be done with a run (beside runs)
+    {"models", "data", "estimator", "space", "space_limits"},  # space: the demo limits size a base model through models.references
     {"training", "inference"},
     {"export"},
     {"views", "cli", "__main__", "__init__", "notebook"},  # notebook: the hosted-notebook steps (engine/notebook.py)

@@ -14,18 +14,17 @@ Merges are jobs too (`start_merge`): `python -m engine merge NAME` in its own pr
 `<run>/merge_events.jsonl` and `<run>/merge.log`, its pid in `<run>/merge.pid`. They take the same lock, and
 neither a merge nor a training run starts while the other is going (both would hold a copy of the model).
 
-Who may act on a run: with `owner_only` (default: shared mode, engine/sharing.py), a run started with an `owner` key
-(a random key the browser keeps in its local storage, or the gradio session of an API caller) can be stopped,
-resumed, retried, deleted, merged, zipped or pushed only with that key (engine/views/run_control.py); the key is
-stored hashed in `<run>/owner`. (Its uploaded data is kept in a folder of the session that uploaded it:
-engine/views/uploads.py.) Runs started without a key (the CLI) cannot be controlled through a shared app at all. In a
-local app (not shared) anyone who can reach the app controls every run. In shared mode the training subprocess gets
-no Hugging Face token in its environment (engine/sharing.py `child_env`).
+Who may act on a run: the one gate, engine/run_access.py. With `owner_only` (default: shared mode) a run started with
+an `owner` key (the browser's, kept in its local storage, or an API caller's gradio session; stored hashed in
+`<run>/owner`) is stopped, resumed, deleted, exported or trained from only with that key; a run started without one
+(the CLI) by nobody through a shared app. In shared mode the training subprocess gets no Hugging Face token
+(engine/sharing.py `child_env`).
 
 A waiting line (`queue`, default: a Space in demo mode, engine/space.py): a run started or resumed while another one
 goes waits its turn (engine/training/queue.py) instead of being refused, and a supervisor thread starts it when the
 machine is free. In demo mode every run is checked against the Space's limits before its folder is made
-(`space.check_train_config`) and is asked to stop (saving a checkpoint) at the Space's wall time, killed a minute later.
+(`space.check_train_config`; one visitor's runs in the line too), and is asked to stop (saving a checkpoint) at the
+Space's wall time, killed a minute later.
 """
 
 from __future__ import annotations
@@ -198,9 +197,8 @@ class JobManager:
         from .. import space
 
         check_visitor_refs({name: getattr(cfg, name, "") for name in (*MODEL_REF_FIELDS, *DATA_REF_FIELDS)})
-        # a new run from another visitor's run would hand its weights out (its zip); a teacher is only used
-        run_access.check_run_access(self.runs_dir, cfg.base_model, owner, "train_from", owner_only=self.owner_only)
-        run_access.check_run_access(self.runs_dir, getattr(cfg, "teacher_model", ""), owner, "teacher", owner_only=self.owner_only)
+        for ref, action in ((cfg.base_model, "train_from"), (cfg.teacher_model, "teacher")):  # a new run's zip would hand a base out
+            run_access.check_run_access(self.runs_dir, ref, owner, action, owner_only=self.owner_only)
         space.check_train_config(cfg, self.runs_dir)  # before the lock: sizing a Hub model asks the Hub
         with self._lock:
             busy = self.active()
@@ -209,6 +207,7 @@ class JobManager:
                 raise JobError(key="message.jobs.busy_start", busy=busy)
             if not waits:
                 self._refuse_while_merging()
+            self._check_line(busy, waits, run_access.owner_hash(owner) if owner else None)
             name = self.new_run_name(cfg)
             run_dir = run_path(self.runs_dir, name)
             if run_dir.exists() and any(run_dir.iterdir()):
@@ -240,6 +239,7 @@ class JobManager:
                 raise JobError(key="message.jobs.already_finished", name=name)
             if summary.state == "queued":
                 return name
+            self._check_line(busy, waits, run_access.recorded_owner(self.runs_dir, name), exclude=name)
             if waits:
                 waiting.enqueue(summary.path, resume=True)
                 self._supervise()
@@ -248,6 +248,15 @@ class JobManager:
             return name
 
     # ---- the waiting line and the Space's wall time -----------------------------------------------------
+
+    def _check_line(self, busy: str | None, waits: bool, owner_hash: str | None, exclude: str = "") -> None:
+        """On a Space in demo mode: one visitor's runs training or waiting, and the whole line, within the limits."""
+        from .. import space, space_limits
+
+        if self.queue and space.demo_mode():
+            line = waiting.line(self.run_dirs())
+            live = [*line, *([run_path(self.runs_dir, busy)] if busy else [])]
+            space_limits.check_visitor_line(self.runs_dir, live, len(line) if waits else 0, owner_hash, exclude=exclude)
 
     def _supervise(self) -> None:
         """Start the supervisor thread unless it runs (called under the lock)."""
