@@ -44,7 +44,8 @@ def runs(runs_dir, tmp_path_factory):
 
 
 def _leaks(text: str, runs) -> list[str]:
-    return [s for s in (*SECRETS, str(runs)) if s in text]
+    """Each secret found, with what surrounds it."""
+    return [f"{s}: ...{text[max(0, text.find(s) - 200):text.find(s) + 60]}..." for s in (*SECRETS, str(runs)) if s in text]
 
 
 def test_the_page_configuration_holds_no_run_upload_or_row(runs, monkeypatch):
