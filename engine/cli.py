@@ -235,6 +235,15 @@ def cmd_ship_example(args: argparse.Namespace) -> int:
     return 0
 
 
+def _owner_gate(runs_dir: Any, run: str, action: str) -> None:
+    """The run gate (engine/run_access.py), asked as every door asks it: the CLI runs as the machine's owner, who owns
+    every run (also when the app starts it as a subprocess, with COMPACT_LAB_SHARED=1 in its environment: the app
+    asked the gate for its visitor before)."""
+    from .run_access import check_run_access
+
+    check_run_access(runs_dir, run, None, action, plain=True, owner_only=False)
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     import time
 
@@ -246,6 +255,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
     runs_dir = default_runs_dir()
     run_dir = run_path(runs_dir, args.run)
+    _owner_gate(runs_dir, args.run, "merge")
     # The app runs merges as this command in a subprocess (engine/training/jobs.py start_merge) and shows these events.
     events = EventLog(run_dir / "merge_events.jsonl")
     device = detect_device()
@@ -279,6 +289,7 @@ def cmd_export_gguf(args: argparse.Namespace) -> int:
     from .refs import default_runs_dir
 
     settings = from_flat(GgufSettings, _given(args, GgufSettings))
+    _owner_gate(default_runs_dir(), args.run, "export")
     result = export_ref_gguf(args.run, default_runs_dir(), settings)
     print(f"GGUF ({result.arch}, {result.type}, {result.bytes / 2**20:,.1f} MiB, {result.seconds:.2f} s): {result.gguf_path}")
     print(f"Ollama Modelfile: {result.modelfile}" + ("" if result.template_checked else " (no TEMPLATE: see the comment inside)"))
@@ -298,6 +309,7 @@ def cmd_push(args: argparse.Namespace) -> int:
 
     runs_dir = default_runs_dir()
     run_dir = run_path(runs_dir, args.run)
+    _owner_gate(runs_dir, args.run, "push")
     # Everything checkable here is checked before asking for a token (nobody should type a secret to learn
     # that the repo id has a typo).
     check_repo_id(args.repo)

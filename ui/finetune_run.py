@@ -55,8 +55,9 @@ def watched_run() -> SimpleNamespace:
 def run_actions(jobs: JobManager) -> SimpleNamespace:
     """The run picker, "Try it in the Playground" (a finished run with a model), resume, retry after OOM and delete."""
     with gr.Row():
-        # filled for each session when it loads the page (never baked into the page's configuration: docs/security.md)
-        run_pick = gr.Dropdown(choices=[], value=None, label=T("finetune.actions.run"), info=T("finetune.actions.run_info"), scale=3,
+        # filled for each session when it loads the page (never baked into the page's configuration: docs/security.md); a
+        # typed or API-given name is checked by the run gate (engine/run_access.py), so an API caller need not load the page
+        run_pick = gr.Dropdown(choices=[], value=None, allow_custom_value=True, label=T("finetune.actions.run"), info=T("finetune.actions.run_info"), scale=3,
                                elem_id="finetune-run-pick")
         with gr.Column(scale=2, min_width=160):
             try_btn = gr.Button(T("finetune.actions.try"), variant="primary", visible=False, elem_id="finetune-try")
