@@ -35,7 +35,7 @@ def load_for_playground(jobs: JobManager, ref_v: str, quant_mode: str, extra: tu
     adapter_v, placement_v, budget = (tuple(extra) + (NO_ADAPTER, "one device", 0))[:3]
     adapter_ref = None if adapter_v in (None, "", NO_ADAPTER) else check_ui_model_ref(adapter_v, jobs.runs_dir)
     for used in (ref, adapter_ref):  # any visitor may try a run (engine/run_access.py): asked all the same, in one place
-        run_access.check_run_access(jobs.runs_dir, used, None, "try", owner_only=jobs.owner_only)
+        run_access.check_run_access(jobs.runs_dir, used, None, "try", owner_only=getattr(jobs, "owner_only", None))
     cache_only = check_reachable(ref, adapter_ref, jobs.runs_dir, allow_local_models)
     check_hub_model_size(ref)
     device_map, max_memory = PLACEMENTS.get(placement_v, None), None
@@ -108,7 +108,7 @@ def load_for_export(jobs: JobManager, ref_v: str, *, allow_local_models: bool = 
     if ref_v in (None, ""):
         raise GenerationError(key="playground.error.no_model")
     ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
-    run_access.check_run_access(jobs.runs_dir, ref, owner, "onnx", owner_only=jobs.owner_only)
+    run_access.check_run_access(jobs.runs_dir, ref, owner, "onnx", owner_only=getattr(jobs, "owner_only", None))
     with offline_while(check_reachable(ref, None, jobs.runs_dir, allow_local_models)):
         loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir, allow_local_paths=allow_local_models)
     if getattr(loaded, "adapter", None):
