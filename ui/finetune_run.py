@@ -12,6 +12,7 @@ import gradio as gr
 from engine import run_access
 from engine.config import GgufSettings
 from engine.fields import field_specs
+from engine.refs import is_valid_run_name
 from engine.training.jobs import JobManager
 from engine.views import choices, offline, refresh, run_charts, run_control, run_history, run_view
 from ui.errors import ui_errors
@@ -132,6 +133,7 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
         return tuple(gr.update(visible=v) for v in run_view.run_buttons(jobs, pick))
 
     def poll_values(name, pick, log_scale, smoothing, lang):  # None, or (the parts' values, whether the run trains)
+        pick = pick if pick and is_valid_run_name(pick) else None  # a name typed into the picker that no run can have: none
         for run in {name, pick} - {None, ""}:  # any visitor may watch a run (engine/run_access.py)
             run_access.check_run_access(jobs.runs_dir, run, None, "watch", plain=True, owner_only=jobs.owner_only)
         w = run_view.watched_outputs(jobs, name, lang, log_scale=bool(log_scale), smoothing=float(smoothing or 0))
