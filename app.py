@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> None:
                              "generate) as MCP tools for AI assistants at /gradio_api/mcp/ (needs the mcp package of requirements.txt).")
     args = parser.parse_args(argv)
     decision = sharing.decide(share=args.share, host=args.host)
+    if overridden := sharing.no_share_overrides(share=args.share):
+        print("--no-share: no public link, although " + " and ".join(overridden) + " would open one by itself.", flush=True)
     if args.allow_local_models and decision.shared:
         parser.error("--allow-local-models cannot be used on a shared app (" + "; ".join(decision.reasons) + "): anyone with the link could read "
                      "model folders on this machine.")

@@ -16,49 +16,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .config import BenchConfig, GenerationSettings, GgufSettings, QuantSettings, TrainConfig
-from .errors import EngineError, Phrase, RunStopped, to_json
-from .fields import field_specs, from_dict, from_flat, to_dict
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace(".", "-").replace("_", "-")
-
-
-def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
-    """One flag per (nested) field; defaults are None so we can tell "given" from "not given"."""
-    group = parser.add_argument_group(f"{cls.__name__} fields")
-    for spec in field_specs(cls):
-        if spec.name in skip:
-            continue
-        help_text = (spec.help + f" (default: {spec.default})").replace("%", "%%")  # argparse formats help with %
-        kwargs: dict[str, Any] = {"dest": prefix + spec.name, "default": None, "help": help_text}
-        if spec.type is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        else:
-            kwargs["type"] = str  # validated and converted by the dataclass, with a message naming the field
-            kwargs["metavar"] = "{" + ",".join(spec.choices) + "}" if spec.choices else spec.type.__name__.upper()
-        group.add_argument(_flag(prefix + spec.name), **kwargs)
-
-
-def _given(args: argparse.Namespace, cls: type, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for spec in field_specs(cls):
-        value = getattr(args, prefix + spec.name, None)
-        if value is not None:
-            out[spec.name] = value
-    return out
-
-
-def _merge(base: dict[str, Any], flat: dict[str, Any]) -> dict[str, Any]:
-    for key, value in flat.items():
-        cur = base
-        parts = key.split(".")
-        for p in parts[:-1]:
-            cur = cur.setdefault(p, {})
-        cur[parts[-1]] = value
-    return base
-
+from .cli_flags import add_dataclass_args, flag, given_fields, merge_flat
+from .config import BenchConfig, GenerationSettings, QuantSettings, TrainConfig
+from .errors import EngineError, RunStopped
+from .fields import from_dict, from_flat, to_dict
 
 # --------------------------------------------------------------------------------------------------
 # train
@@ -91,7 +52,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume and data and "packing" not in data:
         # a run saved before packing existed was padded: keep its data layout (and the batches resume skips) as it was
         data["packing"] = False
-    cfg = from_dict(TrainConfig, _merge(data, _given(args, TrainConfig)))
+    cfg = from_dict(TrainConfig, merge_flat(data, given_fields(args, TrainConfig)))
     if args.run_dir:
         run_dir = Path(args.run_dir).resolve()
     else:
@@ -156,9 +117,9 @@ def _resume_config(args: argparse.Namespace) -> Path:
         raise ConfigError("--run-dir", args.run_dir, "a run folder with a config.yaml (nothing to resume there)")
     if args.config and Path(args.config).resolve() != own.resolve():
         raise ConfigError("--config", args.config, f"nothing, or the run's own {own}: a resumed run keeps the config it started with")
-    given = _given(args, TrainConfig)
+    given = given_fields(args, TrainConfig)
     if given:
-        flags = ", ".join(_flag(name) for name in given)
+        flags = ", ".join(flag(name) for name in given)
         raise ConfigError(flags, ", ".join(f"{v}" for v in given.values()),
                           f"no settings flags with --resume: the run continues with its own {own} (start a new run to change them)")
     return own
@@ -187,8 +148,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .models.loading import load_model
     from .refs import default_runs_dir
 
-    settings = from_flat(GenerationSettings, _given(args, GenerationSettings))
-    quant = from_flat(QuantSettings, _given(args, QuantSettings, prefix="quant."))
+    settings = from_flat(GenerationSettings, given_fields(args, GenerationSettings))
+    quant = from_flat(QuantSettings, given_fields(args, QuantSettings, prefix="quant."))
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     loaded = load_model(args.model, quant, runs_dir=default_runs_dir(), trust_remote_code=args.trust_remote_code, allow_local_paths=True)
     last = None
@@ -236,92 +197,10 @@ def cmd_ship_example(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_merge(args: argparse.Namespace) -> int:
-    import time
-
-    from .export.merge import merge_adapter, merge_plan
-    from .hardware.coexist import cuda_free_gib
-    from .hardware.device import detect_device, peak_memory_gib, reset_peak
-    from .refs import default_runs_dir
-    from .runs import EventLog, run_path
-
-    runs_dir = default_runs_dir()
-    run_dir = run_path(runs_dir, args.run)
-    # The app runs merges as this command in a subprocess (engine/training/jobs.py start_merge) and shows these events.
-    events = EventLog(run_dir / "merge_events.jsonl")
-    device = detect_device()
-    try:
-        plan = merge_plan(run_dir, runs_dir, device, cuda_free_gib()) if args.device == "auto" else None
-        if args.device == "cpu" or (plan and plan.device == "cpu"):
-            from .hardware.device import DeviceInfo, ram_gib
-
-            device = DeviceInfo("cpu", "CPU", ram_gib(), True) if device.kind == "cuda" else device  # merges in fp32 on CPU
-        reason = plan.reason if plan else Phrase("text.merge.asked_cpu")
-        events.write("merge_start", run=args.run, device=device.kind, reason=reason, reason_i18n=to_json(reason))  # the page's language
-        print(reason, flush=True)
-        t0 = time.time()
-        reset_peak(device)
-        out = merge_adapter(run_dir, dtype=args.dtype, runs_dir=runs_dir, device=device)
-    except EngineError as exc:
-        events.write("merge_error", message=str(exc), i18n=exc.to_record())
-        raise
-    except Exception as exc:  # noqa: BLE001 - record *why* the merge died for the page, then re-raise for the log
-        events.write("merge_error", message=f"{type(exc).__name__}: {exc}")
-        raise
-    peak = peak_memory_gib(device)
-    events.write("merge_done", path=str(out), seconds=round(time.time() - t0, 1), device=device.kind,
-                 peak_gib=None if peak is None else round(peak, 3))
-    print(f"merged model saved to {out}")
-    return 0
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     from .training.bench_job import cmd_bench as run
 
-    return run(from_flat(BenchConfig, _given(args, BenchConfig)))
-
-
-def cmd_export_gguf(args: argparse.Namespace) -> int:
-    from .export.gguf_run import export_ref_gguf, zip_export
-    from .refs import default_runs_dir
-
-    settings = from_flat(GgufSettings, _given(args, GgufSettings))
-    result = export_ref_gguf(args.run, default_runs_dir(), settings)
-    print(f"GGUF ({result.arch}, {result.type}, {result.bytes / 2**20:,.1f} MiB, {result.seconds:.2f} s): {result.gguf_path}")
-    print(f"Ollama Modelfile: {result.modelfile}" + ("" if result.template_checked else " (no TEMPLATE: see the comment inside)"))
-    if args.zip:
-        print(f"zip: {zip_export(result.folder)}")
-    return 0
-
-
-def cmd_push(args: argparse.Namespace) -> int:
-    import getpass
-    import os
-
-    from .errors import HubError
-    from .export.hub import check_repo_id, hub_offline, push_run, push_source
-    from .refs import default_runs_dir
-    from .runs import run_path
-
-    runs_dir = default_runs_dir()
-    run_dir = run_path(runs_dir, args.run)
-    # Everything checkable here is checked before asking for a token (nobody should type a secret to learn
-    # that the repo id has a typo).
-    check_repo_id(args.repo)
-    try:
-        push_source(run_dir, args.what)
-    except HubError:
-        if not (args.merge and args.what == "merged"):
-            raise
-    if hub_offline():
-        raise HubError("Offline mode is on (HF_HUB_OFFLINE=1): the Hub cannot be reached. Unset it to push.")
-    token = os.environ.get("HF_TOKEN", "").strip() or None
-    if token is None and sys.stdin.isatty():
-        token = getpass.getpass("Hugging Face token with write permission (input hidden): ").strip() or None
-    url = push_run(run_dir, args.repo, what=args.what, token=token, private=args.private, merge=args.merge,
-                   license=args.license, runs_dir=runs_dir, gguf=args.gguf)
-    print(f"pushed to {url}")
-    return 0
+    return run(from_flat(BenchConfig, given_fields(args, BenchConfig)))
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -338,6 +217,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .export.cli import add_export_parsers
     parser = argparse.ArgumentParser(prog="python -m engine", description="Compact LLM Lab engine: estimate memory, train, generate.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -386,49 +266,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--command", default="", help="How the run was made, recorded in recorded.json.")
     p.set_defaults(func=cmd_ship_example)
 
-    p = sub.add_parser("merge", help="Merge a run's LoRA adapter into a 16-bit copy of its base model.")
-    p.add_argument("run", help="Run name under the runs directory.")
-    p.add_argument("--device", choices=["auto", "cpu"], default="auto",
-                   help="auto: the GPU when the memory estimator says the unquantized base fits in its free memory, else the CPU.")
-    p.add_argument("--dtype", choices=["auto", "fp16", "bf16", "fp32"], default="auto",
-                   help="dtype of the saved weights (auto: bf16 on Ampere+, fp16 on older GPUs, fp32 on CPU).")
-    p.set_defaults(func=cmd_merge)
-
     p = sub.add_parser("bench", help="Score a model or a run on benchmarks with lm-evaluation-harness (before/after, per task).",
                        description="Run lm-evaluation-harness tasks (presets/benchmarks.yaml) on a model or a run, and on the run's base; "
                                    "results per task in <run>/benchmarks/results/ or <runs>/_benchmarks/. Needs requirements-eval.txt.")
     add_dataclass_args(p, BenchConfig)
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser(
-        "export-gguf", help="Write a finished run (or builtin:NAME) to GGUF for llama.cpp / Ollama, with an Ollama Modelfile.",
-        description="Write a finished run's model (full/scratch runs) or merged model (LoRA/QLoRA runs, merged first when needed) "
-                    "to <runs>/_exports/gguf-<run>-<type>/: the .gguf file (tokenizer and chat template inside), an Ollama "
-                    "Modelfile and gguf_info.json. Pure Python (the gguf package): nothing is compiled or downloaded.")
-    p.add_argument("--run", required=True, help="Run name under the runs directory (or run:NAME, or builtin:NAME for a built-in model).")
-    p.add_argument("--zip", action="store_true", help="Also pack the export folder into one zip beside it.")
-    add_dataclass_args(p, GgufSettings)
-    p.set_defaults(func=cmd_export_gguf)
-
-    p = sub.add_parser(
-        "push", help="Push a finished run's adapter, merged model or model to the Hugging Face Hub, with a model card.",
-        description="Push a finished run to the Hugging Face Hub (the repo is created if missing) with a model card written "
-                    "from its config and metrics. The token is read from $HF_TOKEN, or asked for (hidden) in a terminal. "
-                    "There is deliberately no --token flag: a token on the command line stays in the shell history and "
-                    "is visible to other users in the process list.")
-    p.add_argument("--run", required=True, help="Run name under the runs directory.")
-    p.add_argument("--repo", required=True, help="Hub repo as owner/name, e.g. alice/qwen-dates-lora.")
-    p.add_argument("--what", choices=["adapter", "merged", "model"], default=None,
-                   help="adapter (LoRA/QLoRA runs), merged (their merged 16-bit copy) or model (full/scratch runs); "
-                        "default: the run's own output.")
-    vis = p.add_mutually_exclusive_group()
-    vis.add_argument("--private", dest="private", action="store_true", default=True, help="Create the repo private (default).")
-    vis.add_argument("--public", dest="private", action="store_false", help="Create the repo public.")
-    p.add_argument("--merge", action="store_true", help="With --what merged: merge the adapter first if it has not been merged.")
-    p.add_argument("--license", default=None, help="License id for the model card (e.g. apache-2.0); default: omitted.")
-    p.add_argument("--gguf", choices=["f16", "q8_0", "q4_0"], default=None,
-                   help="Also upload a GGUF of the model (with --what merged or model) and its Ollama Modelfile.")
-    p.set_defaults(func=cmd_push)
+    add_export_parsers(sub)
 
     p = sub.add_parser("runs", help="List runs and their state.")
     p.set_defaults(func=cmd_runs)

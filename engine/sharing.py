@@ -158,6 +158,19 @@ def decide(*, share: bool | None, host: str | None, env: Mapping[str, str] | Non
     return Decision(bool(reasons), tuple(reasons), share=link, public_link=link)
 
 
+def no_share_overrides(*, share: bool | None, env: Mapping[str, str] | None = None, colab: bool | None = None,
+                       sagemaker_dir: Path = SAGEMAKER_DIR) -> list[str]:
+    """What --no-share (share=False) turned off: the ways gradio would have opened a public link by itself here (Colab,
+    a hosted notebook, GRADIO_SHARE=true), so that the app can say so at start. Empty without --no-share."""
+    if share is not False:
+        return []
+    env = os.environ if env is None else env
+    colab = on_colab() if colab is None else colab
+    notebook = hosted_notebook(env, sagemaker_dir)
+    return [why for why, on in (("Colab", colab), (f"a {notebook} notebook", bool(notebook)),
+                                (f"GRADIO_SHARE={env.get('GRADIO_SHARE', '').strip()}", gradio_share_env(env))) if on]
+
+
 def default_login(decision: Decision) -> bool:
     """Is a login on by default (a password generated at start, unless the owner gave one or --no-auth)? Wherever the
     app itself opens a public link (`Decision.public_link`): anyone who gets the gradio.live address could use it."""

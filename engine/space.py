@@ -12,50 +12,35 @@ free CPU hardware (2 vCPU, 16 GB). Demo mode is that case: shared, with ``SPACE_
   with persistent storage (``/data``) the runs folder is ``/data/runs`` (engine/refs.py `default_runs_dir`);
 - the page links to "Duplicate this Space" (`duplicate_url`), the way a visitor gets a Space (and a GPU) of their own.
 
-The limits default to what the free CPU Space finishes in minutes (the first run's 500 steps at 72 tokens take about a
-minute and a half on 2 vCPU) and are raised or lowered by the Space's owner with the variables in `LIMIT_ENV` (Space
-settings → Variables). This module sits beside engine/sharing.py at the bottom of the engine: it imports `errors`,
-`refs` and `sharing` (and, lazily, huggingface_hub and the model references to size a base model).
+The limits are one table of data, presets/space_limits.yaml, read by engine/space_limits.py (with the checks of every
+field that costs time or memory: processes, generated answers, evaluations, the waiting line); they default to what the
+free CPU Space finishes in minutes (the first run's 500 steps at 72 tokens take about a minute and a half on 2 vCPU) and
+are raised or lowered by the Space's owner with the variables in `LIMIT_ENV` (Space settings → Variables). This module
+sits beside engine/sharing.py at the bottom of the engine: it imports `errors`, `refs`, `sharing` and `space_limits`
+(and, lazily, huggingface_hub and the model references to size a base model).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from .errors import EngineError
 from .refs import BUILTIN_PREFIX, RUN_PREFIX, SPACE_DATA_DIR
 from .sharing import hub_token, is_shared
+from .space_limits import LIMIT_ENV, SpaceLimits, check_memory, check_run_cost, limits, num
+
+__all__ = ["LIMIT_ENV", "SpaceLimits", "check_train_config", "demo_mode", "limits"]  # the limits live in engine/space_limits.py
 
 SPACE_ID_ENV = "SPACE_ID"
 # The front matter's `suggested_hardware` (README.md): what a duplicate of the Space is offered first (a T4: the hardware
 # the app's GPU defaults are made for, fp16 and QLoRA).
 SUGGESTED_HARDWARE = "t4-small"
-# The owner's variables, one per limit (Space settings -> Variables and secrets).
-LIMIT_ENV = {
-    "max_steps": "COMPACT_LAB_SPACE_MAX_STEPS",
-    "max_epochs": "COMPACT_LAB_SPACE_MAX_EPOCHS",
-    "max_minutes": "COMPACT_LAB_SPACE_MAX_MINUTES",
-    "max_seq_len": "COMPACT_LAB_SPACE_MAX_SEQ_LEN",
-    "max_model_gib": "COMPACT_LAB_SPACE_MAX_MODEL_GIB",
-}
 # Weight files counted when a Hub model is sized from its file listing (the same suffixes as the playground's check).
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 # Grace after the wall time before a run that did not stop by itself is killed (saving a checkpoint takes seconds).
 KILL_GRACE_S = 60.0
-
-
-@dataclass(frozen=True)
-class SpaceLimits:
-    """Per-run limits on a Space in demo mode (the defaults suit the free CPU hardware: 2 vCPU, 16 GB)."""
-
-    max_steps: int = 600  # the first run (500 steps) fits, with room to try a little more
-    max_epochs: float = 3.0  # the form's default; an epochs run on the built-in data is a few hundred steps
-    max_minutes: float = 15.0  # a visitor's turn: the next one in the queue waits at most this long per run ahead
-    max_seq_len: int = 256  # activations grow with it; 256 covers the built-in data and short instruction sets
-    max_model_gib: float = 1.0  # weight files of the base: a 0.5B model in 16 bits (~0.95 GiB) fits in 16 GB for LoRA
 
 
 def demo_mode(env: Any = None) -> bool:
@@ -64,51 +49,20 @@ def demo_mode(env: Any = None) -> bool:
     return bool(env.get(SPACE_ID_ENV)) and is_shared()
 
 
-def limits(env: Any = None) -> SpaceLimits:
-    """The limits in force: the defaults, each replaced by its variable in `LIMIT_ENV` when set to a positive number.
-    A variable that is not a positive number is an error naming it (the owner sees it when the app starts)."""
-    env = os.environ if env is None else env
-    values: dict[str, Any] = {}
-    for f in fields(SpaceLimits):
-        raw = str(env.get(LIMIT_ENV[f.name], "")).strip()
-        if not raw:
-            continue
-        try:
-            value = float(raw)
-        except ValueError:
-            value = 0.0
-        if value <= 0:
-            raise EngineError(key="space.error.bad_limit", env=LIMIT_ENV[f.name], value=raw)
-        values[f.name] = int(value) if f.type in (int, "int") else value
-    return SpaceLimits(**values)
-
-
-def _refuse(limit: str, value: Any, cap: Any) -> EngineError:
-    return EngineError(key=f"space.limit.{limit}", value=value, limit=cap, env=LIMIT_ENV[limit])
-
-
 def check_train_config(cfg: Any, runs_dir: Path, *, lim: SpaceLimits | None = None, api: Any = None) -> None:
-    """In demo mode, refuse a TrainConfig above the Space's limits (steps, epochs, sequence length, base model size)
-    before anything is loaded; nothing outside demo mode. The wall time is enforced while the run goes
-    (engine/training/jobs.py)."""
+    """In demo mode, refuse a TrainConfig above the Space's limits before anything is loaded: every field that costs time
+    or memory (engine/space_limits.py `check_run_cost`, from presets/space_limits.yaml), then the base model's size;
+    nothing outside demo mode. The wall time is enforced while the run goes (engine/training/jobs.py)."""
     if not demo_mode():
         return
     lim = lim or limits()
-    if cfg.max_steps > lim.max_steps:
-        raise _refuse("max_steps", cfg.max_steps, lim.max_steps)
-    if cfg.max_steps == 0 and cfg.epochs > lim.max_epochs:
-        raise _refuse("max_epochs", _num(cfg.epochs), _num(lim.max_epochs))
-    if cfg.max_seq_len > lim.max_seq_len:
-        raise _refuse("max_seq_len", cfg.max_seq_len, lim.max_seq_len)
+    check_run_cost(cfg, lim)
     for ref in filter(None, (cfg.base_model, getattr(cfg, "teacher_model", ""))):
         gib = model_weights_gib(ref, runs_dir, api=api)
         if gib is not None and gib > lim.max_model_gib:
-            raise EngineError(key="space.limit.max_model_gib", model=ref, value=f"{gib:.2f}", limit=_num(lim.max_model_gib),
+            raise EngineError(key="space.limit.max_model_gib", model=ref, value=f"{gib:.2f}", limit=num(lim.max_model_gib),
                               env=LIMIT_ENV["max_model_gib"])
-
-
-def _num(x: float) -> str:
-    return f"{x:g}"
+    check_memory(cfg, lim)  # the estimator's prediction of the whole training, within the Space's memory
 
 
 def model_weights_gib(ref: str, runs_dir: Path, *, api: Any = None) -> float | None:
@@ -173,5 +127,5 @@ def storage_notice_key(runs_dir: Path) -> str:
 def limits_params(lim: SpaceLimits | None = None) -> dict[str, str]:
     """The limits as parameters of the page's notice (`space.limits`)."""
     lim = lim or limits()
-    return {"steps": str(lim.max_steps), "epochs": _num(lim.max_epochs), "minutes": _num(lim.max_minutes),
-            "seq_len": str(lim.max_seq_len), "gib": _num(lim.max_model_gib)}
+    return {"steps": str(lim.max_steps), "epochs": num(lim.max_epochs), "minutes": num(lim.max_minutes),
+            "seq_len": str(lim.max_seq_len), "gib": num(lim.max_model_gib)}

@@ -17,10 +17,10 @@ ENGINE = ROOT / "engine"
 
 # Layers, bottom to top: a module may import its own layer and the layers below, never above.
 LAYERS = [
-    {"errors", "fields", "i18n", "refs", "sharing", "objectives", "benchmarks"},  # benchmarks: the curated task list (data)
+    {"errors", "fields", "cli_flags", "i18n", "refs", "sharing", "objectives", "benchmarks"},  # benchmarks: the curated task list (data); cli_flags: flags from the fields
     {"config"},
-    {"runs", "hardware"},
-    {"models", "data", "estimator", "space"},  # space: the demo limits size a base model through models.references
+    {"runs", "hardware", "run_access"},  # run_access: the one gate for what may be done with a run (beside runs)
+    {"models", "data", "estimator", "space", "space_limits"},  # space: the demo limits size a base model through models.references
     {"training", "inference"},
     {"export"},
     {"views", "cli", "__main__", "__init__", "notebook"},  # notebook: the hosted-notebook steps (engine/notebook.py)

@@ -55,7 +55,7 @@ def test_the_owner_changes_the_limits_with_variables(on_space, monkeypatch, tmp_
     monkeypatch.setenv("COMPACT_LAB_SPACE_MAX_MINUTES", "90")
     lim = space.limits()
     assert lim.max_steps == 20000 and isinstance(lim.max_steps, int) and lim.max_minutes == 90.0 and lim.max_seq_len == 256
-    space.check_train_config(_cfg(max_steps=15000), tmp_path)
+    space.check_train_config(_cfg(max_steps=15000, save_steps=1000), tmp_path)  # evaluations stay within their own limit
     monkeypatch.setenv("COMPACT_LAB_SPACE_MAX_SEQ_LEN", "lots")
     with pytest.raises(EngineError, match="COMPACT_LAB_SPACE_MAX_SEQ_LEN = lots"):
         space.limits()

@@ -7,6 +7,7 @@ from typing import Any
 
 import gradio as gr
 
+from engine import run_access
 from engine.training.jobs import JobManager
 from engine.views import finetune_form, offline, run_history, run_view
 from ui.errors import ui_errors
@@ -14,6 +15,7 @@ from ui.finetune_form import finetune_details, finetune_settings, form_handlers
 from ui.finetune_run import FOLLOW_LOG_JS, push_panel, resume_banner, run_actions, run_exports, run_handlers, watched_run
 from ui.language import T, lang_of
 from ui.queues import GPU, JOBS, QUIET
+from ui.session import mark_run_refs
 from ui.widgets import form_update
 
 
@@ -45,6 +47,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     form = {n: comps[n] for n in finetune_form.FT_MAIN + finetune_form.FT_TRAIN + finetune_form.FT_LORA + finetune_form.FT_RUN + finetune_form.FT_DATA}
     inputs = [f.upload, *form.values(), more.eval_upload]  # the API's order (form_handlers): upload, the fields, the eval upload
     run_pick = act.run_pick
+    mark_run_refs(run_pick, form["base_model"], form["teacher_model"])  # each endpoint taking one asks the run gate
     # the fields of one method only (distill's teacher, dpo/orpo/grpo's weights, beta, rewards, answers): shown for that method
     shown = finetune_form.visible_fields(finetune_form.FT_DEFAULTS.get("method", ""))
     method_only = [form[n] for n in shown]
@@ -82,7 +85,11 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     act.delete.click(rh.on_delete, [run_pick, owner], [watched, run_pick, history], api_name="delete_run")
     act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", **JOBS).then(**wake)
     more.inspect_btn.click(fh.on_inspect, inputs, more.inspect_out, api_name="inspect_data")
-    run_pick.input(lambda n: n, [run_pick], [watched], queue=False).then(**wake)
+    def watch(n):  # any visitor may watch a run (engine/run_access.py)
+        run_access.check_run_access(jobs.runs_dir, n, None, "watch", plain=True, owner_only=jobs.owner_only)
+        return n
+
+    run_pick.input(ui_errors(watch), [run_pick], [watched], queue=False).then(**wake)
     run_pick.change(rh.on_pick, [run_pick], [details, exp.gguf_note, *run_buttons], **QUIET, api_visibility="private")
     history.select(rh.on_history_select, None, [watched, run_pick], **QUIET, api_visibility="private").then(**wake)
     exp.zip_btn.click(rh.on_zip, [run_pick, owner], [exp.download], api_name="download_run")
@@ -106,6 +113,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
 
     def run_status(name: str, request: gr.Request) -> str:
         """A run's state, progress and (while it waits in line) its place and expected wait, in the visitor's language."""
+        run_access.check_run_access(jobs.runs_dir, name, None, "watch", plain=True, owner_only=jobs.owner_only)
         return run_view.status_md(jobs.status(name), lang_of(request))
 
     gr.api(ui_errors(run_status), api_name="run_status")

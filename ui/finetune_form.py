@@ -10,7 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine import sharing
+from engine import run_access, sharing
 from engine.config import TrainConfig
 from engine.estimator import recipes
 from engine.refs import visitor_scope
@@ -25,7 +25,7 @@ from ui.widgets import form_update, make_inputs
 def finetune_settings(jobs: JobManager) -> SimpleNamespace:
     """The top of the panel, what a person chooses first: model, method, data (a built-in set or an upload), how long;
     then the live memory prediction and Start/Stop, always in view (the details are in finetune_details' accordions)."""
-    models = choices.train_model_choices(jobs)
+    models = choices.train_model_choices(jobs, runs=False)  # the runs come for each session when it loads the page
     datasets = [(T(key), ref) for key, ref in choices.dataset_choices()]  # human names; a typed hub:owner/name is accepted too
     values, top = finetune_form.FT_DEFAULTS, finetune_form.FT_TOP
     with gr.Row():  # side by side on a wide screen, so that Start stays in the first screen; stacked on a phone
@@ -90,8 +90,13 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
     """Handlers of the fine-tune form; each takes (dataset upload, *form values, eval upload) as the form's inputs."""
     names = list(form)  # the form's widgets by field name, in the API's order
 
+    def gate(values: dict[str, Any]) -> None:  # a run as the base or the teacher: asked of the run gate (engine/run_access.py)
+        for field, action in (("base_model", "estimate"), ("teacher_model", "teacher")):
+            run_access.check_run_access(jobs.runs_dir, values.get(field), None, action, owner_only=jobs.owner_only)
+
     def config_of(request: gr.Request | None, upload_path: str | None, *vals: Any) -> TrainConfig:
         *vals, eval_path = vals  # the eval upload comes last (the form's inputs)
+        gate(dict(zip(names, vals, strict=True)))
         # uploads go to (and the form may only name files in) this session's own upload folder
         return finetune_form.train_config_from_form(dict(zip(names, vals, strict=True)), upload_path, eval_path, upload_dir=uploads_of(upload_dir, request),
                                                     runs_dir=jobs.runs_dir, allow_local_models=allow_local_models)
@@ -119,6 +124,7 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
 
     @ui_errors
     def on_preset(tier, upload_path, *vals):
+        gate(dict(zip(names, vals[:-1], strict=True)))
         note, values = finetune_form.preset_values(dict(zip(names, vals[:-1], strict=True)), tier)  # the eval upload comes last
         return [note, *[form_update(form[n], values[n]) if n in values else gr.skip() for n in names]]
 

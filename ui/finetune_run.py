@@ -9,8 +9,10 @@ from types import SimpleNamespace
 
 import gradio as gr
 
+from engine import run_access
 from engine.config import GgufSettings
 from engine.fields import field_specs
+from engine.refs import is_valid_run_name
 from engine.training.jobs import JobManager
 from engine.views import choices, offline, refresh, run_charts, run_control, run_history, run_view
 from ui.errors import ui_errors
@@ -54,7 +56,9 @@ def watched_run() -> SimpleNamespace:
 def run_actions(jobs: JobManager) -> SimpleNamespace:
     """The run picker, "Try it in the Playground" (a finished run with a model), resume, retry after OOM and delete."""
     with gr.Row():
-        run_pick = gr.Dropdown(choices=run_view.run_choices(jobs), label=T("finetune.actions.run"), info=T("finetune.actions.run_info"), scale=3,
+        # filled for each session when it loads the page (never baked into the page's configuration: docs/security.md); a
+        # typed or API-given name is checked by the run gate (engine/run_access.py), so an API caller need not load the page
+        run_pick = gr.Dropdown(choices=[], value=None, allow_custom_value=True, label=T("finetune.actions.run"), info=T("finetune.actions.run_info"), scale=3,
                                elem_id="finetune-run-pick")
         with gr.Column(scale=2, min_width=160):
             try_btn = gr.Button(T("finetune.actions.try"), variant="primary", visible=False, elem_id="finetune-try")
@@ -129,6 +133,9 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
         return tuple(gr.update(visible=v) for v in run_view.run_buttons(jobs, pick))
 
     def poll_values(name, pick, log_scale, smoothing, lang):  # None, or (the parts' values, whether the run trains)
+        pick = pick if pick and is_valid_run_name(pick) else None  # a name typed into the picker that no run can have: none
+        for run in {name, pick} - {None, ""}:  # any visitor may watch a run (engine/run_access.py)
+            run_access.check_run_access(jobs.runs_dir, run, None, "watch", plain=True, owner_only=jobs.owner_only)
         w = run_view.watched_outputs(jobs, name, lang, log_scale=bool(log_scale), smoothing=float(smoothing or 0))
         if w is None:
             return None

@@ -8,7 +8,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine import i18n, sharing, space
+from engine import i18n, run_access, sharing, space
 from engine.errors import EngineError
 from engine.training.jobs import JobManager
 from engine.views import estimate_view, space_view
@@ -126,6 +126,7 @@ def build_app(runs_dir: Path, allow_local_models: bool = False, owner_only: bool
         def on_try(run_name: str | None, request: gr.Request) -> list[Any]:
             if not run_name:
                 raise error(tr("finetune.actions.try_none"))
+            run_access.check_run_access(jobs.runs_dir, run_name, None, "try", plain=True, owner_only=jobs.owner_only)
             return [*model_list_updates(jobs), *pg["try_it"](run_name, lang_of(request)), gr.Tabs(selected="pg")]
 
         ft["try_btn"].click(on_try, [ft["try_run"]], [*pg["lists"], *pg["try_outputs"], tabs], api_visibility="private")

@@ -19,14 +19,17 @@ from ui.playground_bench import bench_tab, wire_bench
 from ui.playground_handlers import batch_eval_handlers, chat_handlers, model_list_updates, start_handlers
 from ui.playground_tabs import SAMPLING_ONLY, batch_tab, chat_tab, compare_tab, evaluate_tab, export_tab, model_settings
 from ui.queues import GPU
+from ui.session import mark_run_refs
 
 
-def build_playground(jobs: JobManager, allow_local_models: bool = False, owner: Any = None) -> dict[str, Any]:
-    """The panel; `owner`: the gr.State of this browser's key (only that browser may stop the benchmark it started, when shared)."""
+def build_playground(jobs: JobManager, allow_local_models: bool = False, owner: gr.State | None = None) -> dict[str, Any]:
+    """The Playground panel. owner: this browser's key (ui/finetune.py), which the run gate asks for (engine/run_access.py)
+    and which alone may stop the benchmark it started, when shared. The page is built without any run: models, example and
+    compare pair come for each session when it loads the page."""
     from engine.views import playground_defaults as pd
 
-    models = choices.playground_models(jobs)
-    start, pair = pd.start_for(jobs.runs_dir, pd.default_model(jobs), "en"), pd.compare_pair(jobs)  # page load shows them in the visitor's language
+    models = choices.playground_models(jobs, runs=False)
+    start, pair = pd.start_for(jobs.runs_dir, pd.DEFAULT_MODEL, "en"), pd.compare_pair(jobs, runs=False)
     gr.Markdown(T("playground.intro"))
     with gr.Row(elem_classes="form-results"):
         with gr.Column(scale=2):
@@ -45,6 +48,7 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False, owner: 
                     x = export_tab()
                 with gr.Tab(T("bench.tab"), elem_id="bench-tab") as bench_t:
                     bt = bench_tab(models, pair[1] or start.model)
+    mark_run_refs(s.model, s.adapter, cmp.model_a, cmp.model_b)  # each endpoint taking one asks the run gate (engine/run_access.py)
     example = gr.State(start.example)  # the example the prompt box was last filled with (replaced on a model change; typed text is kept)
     gen = list(s.gen.values())
     signals = StopSignals()
@@ -78,8 +82,9 @@ def build_playground(jobs: JobManager, allow_local_models: bool = False, owner: 
     s.preset.input(h.on_preset, [s.preset, *gen], [*gen, s.help, s.greedy_note], queue=False)
     s.gen["do_sample"].input(h.on_sampling, [s.gen["do_sample"]], [*(s.gen[n] for n in SAMPLING_ONLY), s.greedy_note], queue=False,
                              api_visibility="private")
-    api(be.on_onnx, [s.model, x.prompts], x.outputs, "export_onnx", **GPU)
-    x.btn.click(be.page_onnx, [s.model, x.prompts], [*x.outputs, x.notice], api_visibility="private", **GPU)
+    owner = owner if owner is not None else gr.State(None)
+    api(be.on_onnx, [s.model, x.prompts, owner], x.outputs, "export_onnx", **GPU)
+    x.btn.click(be.page_onnx, [s.model, x.prompts, owner], [*x.outputs, x.notice], api_visibility="private", **GPU)
     batch_inputs = [s.model, s.quant, s.mode, b.text, b.file, b.size, *gen, *s.load_extra]
     api(be.on_batch, batch_inputs, b.outputs, "batch_generate", **GPU)
     b.btn.click(be.page_batch, batch_inputs, b.outputs, api_visibility="private", **GPU)

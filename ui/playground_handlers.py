@@ -9,6 +9,7 @@ from typing import Any
 
 import gradio as gr
 
+from engine import i18n
 from engine.errors import EngineError
 from engine.training.jobs import JobManager
 from engine.views import choices, playground, playground_load
@@ -16,6 +17,7 @@ from engine.views.signals import StopSignals
 from ui.errors import beside, ui_errors
 from ui.language import lang_of, tr
 from ui.playground_tabs import SAMPLING_ONLY, adapter_list, onnx_note, preset_help
+from ui.session import session_key
 
 
 def chat_handlers(load: Any, gen_names: list[str], signals: StopSignals) -> SimpleNamespace:
@@ -99,8 +101,8 @@ def batch_eval_handlers(jobs: JobManager, load: Any, allow_local_models: bool, g
         rows = playground.evaluation_rows(kind, lambda ref, ex: load(ref, quant_mode, ex), refs, extra, text_v, data_v, window, stride, lang)
         return playground.table("eval", rows, lang)
 
-    def onnx(request: gr.Request, ref_v, prompts_v):
-        ref, loaded = playground_load.load_for_export(jobs, ref_v, allow_local_models=allow_local_models)
+    def onnx(request: gr.Request, ref_v, prompts_v, owner_v=None):
+        ref, loaded = playground_load.load_for_export(jobs, ref_v, allow_local_models=allow_local_models, owner=session_key(owner_v, request))
         rows, path = playground.onnx_export_check(loaded, ref, prompts_v, jobs.runs_dir)
         return playground.table("onnx", rows, lang_of(request)), gr.update(value=str(path), visible=True)
 
@@ -138,7 +140,8 @@ def start_handlers(jobs: JobManager, s: SimpleNamespace, c: SimpleNamespace, cmp
         gen = [gr.update(value=preset[n], interactive=sampling) if n in preset and n in SAMPLING_ONLY else gr.update(value=preset[n]) if n in preset
                else gr.update(interactive=sampling) if n in SAMPLING_ONLY else gr.skip() for n in gen_names]
         models = choices.playground_models(jobs)
-        return [gr.update(choices=models, value=start.model), gr.update(value=choices.NO_ADAPTER), gr.update(value=start.mode),
+        adapters = adapter_list(choices.adapter_choices(jobs), i18n.t("text.choice.no_adapter", lang))
+        return [gr.update(choices=models, value=start.model), gr.update(choices=adapters, value=choices.NO_ADAPTER), gr.update(value=start.mode),
                 gr.update(value=start.preset), preset_help(start.preset, lang), gr.update(visible=not sampling), *gen,
                 [], gr.update(value=start.example), gr.update(value=start.keep), "", "",
                 gr.update(choices=models, value=pair[0]), gr.update(choices=models, value=pair[1]), gr.update(value=start.example),

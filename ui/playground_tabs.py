@@ -85,7 +85,7 @@ def model_settings(jobs: JobManager, models: list[str], start: Any) -> SimpleNam
         gr.Markdown(T("playground.loading.needs_bnb"), visible=importlib.util.find_spec("bitsandbytes") is None, elem_id="playground-bnb-note")
         gr.Markdown(T("playground.loading.int8_gpu"), visible=detect_device().kind == "cuda")
         system = gr.Textbox(label=T("playground.loading.system"), info=T("playground.loading.system_info"), lines=2)
-        adapter = gr.Dropdown(choices=adapter_list(choices.adapter_choices(jobs)), value=choices.NO_ADAPTER, label=T("playground.loading.adapter"),
+        adapter = gr.Dropdown(choices=adapter_list(choices.adapter_choices(jobs, runs=False)), value=choices.NO_ADAPTER, label=T("playground.loading.adapter"),
                               elem_id="playground-adapter", allow_custom_value=True, info=T("playground.loading.adapter_info"))
         has_accelerate = importlib.util.find_spec("accelerate") is not None
         labels = {"one device": T("playground.loading.placement_one"), "auto (offload to CPU/disk)": T("playground.loading.placement_auto")}

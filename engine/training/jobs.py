@@ -13,24 +13,22 @@ Merges are jobs too (`start_merge`): `python -m engine merge NAME` in its own pr
 `<run>/merge.log`, its pid in `<run>/merge.pid`. They take the same lock, and neither a merge nor a training run starts while the
 other is going (both would hold a copy of the model), nor while a job of `other_jobs` is busy (a benchmark: bench_job.py).
 
-Who may act on a run: with `owner_only` (default: shared mode, engine/sharing.py), a run started with an `owner` key
-(a random key the browser keeps in its local storage, or the gradio session of an API caller) can be stopped,
-resumed, retried, deleted, merged, zipped or pushed only with that key (engine/views/run_control.py); the key is
-stored hashed in `<run>/owner`. (Its uploaded data is kept in a folder of the session that uploaded it:
-engine/views/uploads.py.) Runs started without a key (the CLI) cannot be controlled through a shared app at all. In a
-local app (not shared) anyone who can reach the app controls every run. In shared mode the training subprocess gets
-no Hugging Face token in its environment (engine/sharing.py `child_env`).
+Who may act on a run: the one gate, engine/run_access.py. With `owner_only` (default: shared mode) a run started with
+an `owner` key (the browser's, kept in its local storage, or an API caller's gradio session; stored hashed in
+`<run>/owner`) is stopped, resumed, deleted, exported or trained from only with that key; a run started without one
+(the CLI) by nobody through a shared app. In shared mode the training subprocess gets no Hugging Face token
+(engine/sharing.py `child_env`).
 
 A waiting line (`queue`, default: a Space in demo mode, engine/space.py): a run started or resumed while another one
 goes waits its turn (engine/training/queue.py) instead of being refused, and a supervisor thread starts it when the
 machine is free. In demo mode every run is checked against the Space's limits before its folder is made
-(`space.check_train_config`) and is asked to stop (saving a checkpoint) at the Space's wall time, killed a minute later.
+(`space.check_train_config`; one visitor's runs in the line too), and is asked to stop (saving a checkpoint) at the
+Space's wall time, killed a minute later.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import signal
 import subprocess
@@ -40,6 +38,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from .. import run_access
 from ..config import TrainConfig
 from ..errors import JobError
 from ..refs import DATA_REF_FIELDS, MODEL_REF_FIELDS, check_visitor_refs
@@ -48,11 +47,6 @@ from ..sharing import child_env, is_shared
 from . import queue as waiting
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _owner_hash(owner: str) -> str:
-    # only a hash lands in the run folder: a zipped or shared run does not give away the browser's key
-    return hashlib.sha256(owner.encode("utf-8")).hexdigest()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -188,20 +182,13 @@ class JobManager:
             name = f"{base}-{i}"
         return name
 
-    def may_control(self, name: str, owner: str | None) -> bool:
-        """May the holder of `owner` stop, resume, retry or delete run `name`? (See the module docstring.)"""
-        if not self.owner_only:
-            return True
-        try:
-            recorded = (run_path(self.runs_dir, name) / "owner").read_text(encoding="ascii").strip()
-        except OSError:
-            return False  # started without an owner key (the CLI): not controllable through a shared app
-        return bool(owner) and _owner_hash(owner) == recorded
+    def may_control(self, name: str, owner: str | None, action: str = "stop") -> bool:
+        """May the holder of `owner` do `action` with run `name`? (engine/run_access.py, the one gate.)"""
+        return run_access.may_access(self.runs_dir, name, owner, action, owner_only=self.owner_only)
 
     def check_control(self, name: str, owner: str | None, action: str) -> None:
-        """Raise JobError unless `owner` may act on run `name`."""
-        if not self.may_control(name, owner):
-            raise JobError(key=f"message.jobs.not_yours.{action}", name=name)
+        """Raise JobError unless `owner` may do `action` with run `name` (engine/run_access.py `check_run_access`)."""
+        run_access.check_run_access(self.runs_dir, name, owner, action, plain=True, owner_only=self.owner_only)
 
     def start(self, cfg: TrainConfig, owner: str | None = None) -> str:
         """Start a new run; while another run (or a merge) is going, queue it (`queue`) or refuse. Returns the run name.
@@ -211,6 +198,8 @@ class JobManager:
         from .. import space
         from .preflight import check_before_start, check_data_before_start
         check_visitor_refs({name: getattr(cfg, name, "") for name in (*MODEL_REF_FIELDS, *DATA_REF_FIELDS)})
+        for ref, action in ((cfg.base_model, "train_from"), (cfg.teacher_model, "teacher")):  # a new run's zip would hand a base out
+            run_access.check_run_access(self.runs_dir, ref, owner, action, owner_only=self.owner_only)
         space.check_train_config(cfg, self.runs_dir)  # before the lock: sizing a Hub model asks the Hub
         check_data_before_start(cfg)  # before the lock, reading the rows: data bound to fail never starts a run
         with self._lock:
@@ -220,6 +209,7 @@ class JobManager:
                 raise JobError(key="message.jobs.busy_start", busy=busy)
             if not waits:
                 self._refuse_while_merging()
+            self._check_line(busy, waits, run_access.owner_hash(owner) if owner else None)
             name = self.new_run_name(cfg)
             run_dir = run_path(self.runs_dir, name)
             if run_dir.exists() and any(run_dir.iterdir()):
@@ -228,7 +218,7 @@ class JobManager:
             run_dir.mkdir(parents=True, exist_ok=True)
             save_config(run_dir, cfg)
             if owner:
-                atomic_write_text(run_dir / "owner", _owner_hash(owner) + "\n")
+                atomic_write_text(run_dir / run_access.OWNER_FILE, run_access.owner_hash(owner) + "\n")
             if waits:
                 waiting.enqueue(run_dir, resume=False)
                 self._supervise()
@@ -250,6 +240,7 @@ class JobManager:
                 raise JobError(key="message.jobs.already_finished", name=name)
             if summary.state == "queued":
                 return name
+            self._check_line(busy, waits, run_access.recorded_owner(self.runs_dir, name), exclude=name)
             if waits:
                 waiting.enqueue(summary.path, resume=True)
                 self._supervise()
@@ -258,6 +249,15 @@ class JobManager:
             return name
 
     # ---- the waiting line and the Space's wall time -----------------------------------------------------
+
+    def _check_line(self, busy: str | None, waits: bool, owner_hash: str | None, exclude: str = "") -> None:
+        """On a Space in demo mode: one visitor's runs training or waiting, and the whole line, within the limits."""
+        from .. import space, space_limits
+
+        if self.queue and space.demo_mode():
+            line = waiting.line(self.run_dirs())
+            live = [*line, *([run_path(self.runs_dir, busy)] if busy else [])]
+            space_limits.check_visitor_line(self.runs_dir, live, len(line) if waits else 0, owner_hash, exclude=exclude)
 
     def _supervise(self) -> None:
         """Start the supervisor thread unless it runs (called under the lock)."""

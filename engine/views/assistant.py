@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import run_access
 from ..config import Method, Task
 from ..errors import EngineError
 from ..i18n import t
@@ -82,6 +83,7 @@ def tools(jobs: JobManager, *, allow_control: bool = True, allow_local_models: b
         from ..config import MemoryQuery
         from ..estimator import memory
 
+        run_access.check_run_access(jobs.runs_dir, model, None, "estimate", owner_only=jobs.owner_only)
         with visitor_scope(None):  # an MCP caller has no uploads: no server file, and the same answer whether it exists
             ref = check_ui_estimator_model(model, None)
             est = memory.estimate(MemoryQuery(model=ref, task=task, batch=int(batch), seq_len=int(seq_len), grad_ckpt=bool(grad_ckpt)))
@@ -117,6 +119,7 @@ def tools(jobs: JobManager, *, allow_control: bool = True, allow_local_models: b
         """
         if not run:
             raise EngineError("Give the run name (list_runs shows them).")
+        run_access.check_run_access(jobs.runs_dir, run, None, "watch", plain=True, owner_only=jobs.owner_only)
         return _json(public_summary(jobs.status(run), jobs.runs_dir))
 
     def generate(prompt: str, model: str = "builtin:compact-mini", max_new_tokens: int = 64, chat: bool = True) -> str:

@@ -20,23 +20,25 @@ BUILTIN_DATASETS = {
 }
 
 
-def train_model_choices(jobs: JobManager) -> list[str]:
+def train_model_choices(jobs: JobManager, runs: bool = True) -> list[str]:
     """Suggestions for the base and teacher models: every built-in preset (pretrained on first use), finished runs (to
-    continue from) and their merged models, then the catalog's Hub ids."""
+    continue from) and their merged models, then the catalog's Hub ids. runs=False: without the runs (what the page is
+    built with: the runs are listed for each session when it loads the page, never baked into its configuration)."""
     from ..estimator.catalog import compact_presets  # the presets as data: listing them never imports the model code
 
-    known = playground_models(jobs)
+    known = playground_models(jobs, runs)
     return [f"builtin:{p}" for p in compact_presets()] + [m for m in known if not m.startswith("builtin:")]
 
 
-def playground_models(jobs: JobManager) -> list[str]:
-    """Built-in models, finished runs, their merged models, then the catalog's Hub ids (downloaded when online)."""
+def playground_models(jobs: JobManager, runs: bool = True) -> list[str]:
+    """Built-in models, finished runs, their merged models, then the catalog's Hub ids (downloaded when online).
+    runs=False: without the runs (see `train_model_choices`)."""
     from ..estimator.catalog import catalog, compact_presets
     from ..models.references import builtin_weights_dir, shipped_examples
 
     out = [f"builtin:{p}" for p in compact_presets() if builtin_weights_dir(p, jobs.runs_dir) is not None]  # shipped or pretrained
     out += [f"builtin:{name}" for name in shipped_examples() if f"builtin:{name}" not in out]  # fine-tuned examples (before/after)
-    for s in jobs.finished_runs():
+    for s in jobs.finished_runs() if runs else []:
         out.append(f"run:{s.name}")
         if (jobs.runs_dir / s.name / "merged" / "config.json").exists():
             out.append(f"run:{s.name}/merged")
@@ -49,9 +51,10 @@ def playground_lists(jobs: JobManager) -> tuple[list[str], list[str], list[str]]
     return models, models, adapter_choices(jobs)
 
 
-def adapter_choices(jobs: JobManager) -> list[str]:
-    """NO_ADAPTER, then every finished run that saved a LoRA adapter."""
-    return [NO_ADAPTER] + [f"run:{s.name}" for s in jobs.finished_runs() if (jobs.runs_dir / s.name / "adapter" / "adapter_config.json").exists()]
+def adapter_choices(jobs: JobManager, runs: bool = True) -> list[str]:
+    """NO_ADAPTER, then every finished run that saved a LoRA adapter (runs=False: NO_ADAPTER only, see
+    `train_model_choices`)."""
+    return [NO_ADAPTER] + [f"run:{s.name}" for s in (jobs.finished_runs() if runs else []) if (jobs.runs_dir / s.name / "adapter" / "adapter_config.json").exists()]
 
 
 def dataset_choices() -> list[tuple[str, str]]:

@@ -10,6 +10,8 @@ The rules, in plain words:
   would answer it with "2"); instruction and chat data keep the conversation; a run on plain text continues text;
 - the example prompt is a real row of the run's eval data (or of its training data), the canonical date prompt for a
   date run, and a neutral question in the visitor's language for a base model;
+- on a shared app a run trained on an uploaded file shows the neutral question: the file's rows are its visitor's own
+  (docs/security.md), and the page of every other visitor would carry them;
 - a fine-tuned example shipped with the app (builtin:compact-mini-dates, engine/export/example.py) counts as a run on
   its data: before any run has finished, Compare opens on it and its base, so before/after shows at once.
 """
@@ -24,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import i18n
 from ..errors import EngineError
-from ..refs import BUILTIN_PREFIX, MERGED_SUFFIX, RUN_PREFIX
+from ..refs import BUILTIN_PREFIX, MERGED_SUFFIX, RUN_PREFIX, UPLOADS_DIRNAME
+from ..sharing import is_shared
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
@@ -102,12 +105,13 @@ def shipped_example(ref: str | None) -> dict | None:
     return shipped_examples().get(ref[len(BUILTIN_PREFIX):]) if ref.startswith(BUILTIN_PREFIX) else None
 
 
-def compare_pair(jobs: JobManager) -> tuple[str, str | None]:
+def compare_pair(jobs: JobManager, runs: bool = True) -> tuple[str, str | None]:
     """Compare's (model A, model B): the newest finished run's base (before training) and that run (after); without a
-    finished run, a shipped fine-tuned example's base and that example; without either, the built-in model and nothing."""
+    finished run, a shipped fine-tuned example's base and that example; without either, the built-in model and nothing.
+    runs=False: as without a finished run (what the page is built with: runs are a session's, filled when it loads)."""
     from ..models.references import shipped_examples
 
-    run = newest_finished(jobs)
+    run = newest_finished(jobs) if runs else None
     if run is None:
         example = next(iter(shipped_examples()), None)
         return (run_base(jobs.runs_dir, f"{BUILTIN_PREFIX}{example}"), f"{BUILTIN_PREFIX}{example}") if example else (DEFAULT_MODEL, None)
@@ -192,6 +196,11 @@ def prompt_of(fmt: str, row: dict[str, Any]) -> str:
     return text.strip()[:MAX_EXAMPLE_CHARS]
 
 
+def _uploaded(source: str) -> bool:
+    """A dataset that is a file handed in by a visitor (engine/views/uploads.py), not a built-in or Hub one."""
+    return UPLOADS_DIRNAME in Path(str(source or "")).parts or (bool(source) and not str(source).startswith((BUILTIN_PREFIX, "hub:")))
+
+
 def neutral_prompt(lang: str) -> str:
     """The example prompt of a base model, in the visitor's language."""
     return i18n.t("playground.example.base", lang)
@@ -207,6 +216,9 @@ def start_for(runs_dir: Path, ref: str | None, lang: str) -> Start:
     if cfg.dataset.strip() == DATES_DATASET:
         return Start(ref, DATES_PROMPT, False, "chat", "precise", "task")
     # the eval data first (the mapping applies when it has the same columns, as in training: engine/data/build.py)
+    if is_shared() and any(_uploaded(d) for d in (cfg.dataset, cfg.eval_dataset)):
+        # an uploaded file is its visitor's own: on a shared app its rows are never shown as another page's example
+        return Start(ref, neutral_prompt(lang), True, "chat", "balanced", "instruction")
     read = (data_rows(cfg.eval_dataset, cfg.columns) or data_rows(cfg.eval_dataset)) if cfg.eval_dataset else None
     read = read or data_rows(cfg.dataset, cfg.columns)
     if read is None or not read[1]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import run_access
 from ..config import MemoryQuery, QuantSettings
 from ..errors import EngineError, GenerationError
 from ..estimator import memory
@@ -33,6 +34,8 @@ def load_for_playground(jobs: JobManager, ref_v: str, quant_mode: str, extra: tu
     ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
     adapter_v, placement_v, budget = (tuple(extra) + (NO_ADAPTER, "one device", 0))[:3]
     adapter_ref = None if adapter_v in (None, "", NO_ADAPTER) else check_ui_model_ref(adapter_v, jobs.runs_dir)
+    for used in (ref, adapter_ref):  # any visitor may try a run (engine/run_access.py): asked all the same, in one place
+        run_access.check_run_access(jobs.runs_dir, used, None, "try", owner_only=getattr(jobs, "owner_only", None))
     cache_only = check_reachable(ref, adapter_ref, jobs.runs_dir, allow_local_models)
     check_hub_model_size(ref)
     device_map, max_memory = PLACEMENTS.get(placement_v, None), None
@@ -96,14 +99,16 @@ def weights_gib(ref: str, quant_mode: str, runs_dir: Path) -> float:
     return est.breakdown_gib.get("weights", 0.0)
 
 
-def load_for_export(jobs: JobManager, ref_v: str, *, allow_local_models: bool = False) -> tuple[str, Any]:
-    """The checked reference and its model loaded unquantized for the ONNX export; a LoRA adapter run is refused."""
+def load_for_export(jobs: JobManager, ref_v: str, *, allow_local_models: bool = False, owner: str | None = None) -> tuple[str, Any]:
+    """The checked reference and its model loaded unquantized for the ONNX export; a LoRA adapter run is refused, and
+    (shared app) a run of another browser or session (engine/run_access.py: the ONNX file hands its weights out)."""
     from ..models.cache import MODEL_CACHE
     from ..models.hub_access import offline_while
 
     if ref_v in (None, ""):
         raise GenerationError(key="playground.error.no_model")
     ref = check_ui_model_ref(ref_v, jobs.runs_dir, allow_local=allow_local_models)
+    run_access.check_run_access(jobs.runs_dir, ref, owner, "onnx", owner_only=getattr(jobs, "owner_only", None))
     with offline_while(check_reachable(ref, None, jobs.runs_dir, allow_local_models)):
         loaded = MODEL_CACHE.get_or_load(ref, QuantSettings(mode="none"), runs_dir=jobs.runs_dir, allow_local_paths=allow_local_models)
     if getattr(loaded, "adapter", None):

@@ -80,14 +80,22 @@ def referenced_uploads(runs_dir: Path) -> set[str]:
 
 def sweep_uploads(upload_dir: Path, runs_dir: Path, *, session: str | None = None, max_age_s: float = DAY_S) -> int:
     """Remove uploads no run names: every one of `session` (its session ended), and any older than `max_age_s`.
-    Returns how many files were removed."""
+    Returns how many files were removed.
+
+    A folder goes only when it is the ended session's own, or when it has been empty for longer than `max_age_s`: never
+    a live session's folder, which may have just been made for an upload still being copied into it (`keep_upload`), so
+    that one visitor closing a tab can never sweep another's upload away."""
     upload_dir = Path(upload_dir)
     if not upload_dir.is_dir():
         return 0
     keep, now, removed = referenced_uploads(runs_dir), time.time(), 0
     ended = session_dir(upload_dir, session) if session is not None else None
     for folder in [p for p in upload_dir.iterdir() if p.is_dir()]:
-        for f in list(folder.iterdir()):
+        try:
+            files = list(folder.iterdir())
+        except OSError:  # removed meanwhile (by its own session's end)
+            continue
+        for f in files:
             try:
                 old = now - f.stat().st_mtime > max_age_s
             except OSError:
@@ -95,8 +103,12 @@ def sweep_uploads(upload_dir: Path, runs_dir: Path, *, session: str | None = Non
             if f.is_file() and f.name not in keep and (old or folder == ended):
                 f.unlink(missing_ok=True)
                 removed += 1
-        if folder != upload_dir and not any(folder.iterdir()):
-            folder.rmdir()
+        try:
+            stale = now - folder.stat().st_mtime > max_age_s  # empty for that long: no session is filling it
+            if folder != upload_dir and (folder == ended or stale) and not any(folder.iterdir()):
+                folder.rmdir()
+        except OSError:  # gone, or filled meanwhile: kept
+            continue
     return removed
 
 

@@ -221,8 +221,8 @@ BOB_ON_ALICE = [
     ("push", "/push_to_hub", ["alice-done", "bob/stolen", "adapter", True, "hf_bobsOwnToken123"], "another browser or session"),
     ("delete-cli-run", "/delete_run", ["cli-run"], "another browser or session"),
     ("zip-cli-run", "/download_run", ["cli-run"], "another browser or session"),
-    ("zip-traversal", "/download_run", ["../_builtin"], "not in the list of choices"),
-    ("delete-traversal", "/delete_run", ["../../etc"], "not in the list of choices"),
+    ("zip-traversal", "/download_run", ["../_builtin"], "is not valid: use letters"),  # the run gate refuses the name itself
+    ("delete-traversal", "/delete_run", ["../../etc"], "is not valid: use letters"),
     ("stop-watched", "/stop_training", [], "another browser or session"),  # bob's page watches the newest run: not his
 ]
 

@@ -119,6 +119,15 @@ def test_the_entry_passes_an_explicit_share_matching_the_decision_and_a_login(mo
         assert user == "lab" and password in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("env", "named"), [({"GRADIO_SHARE": "true"}, "GRADIO_SHARE=true"), ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, "Kaggle")])
+def test_no_share_says_what_it_overrode(monkeypatch, tmp_path, capsys, env, named):
+    seen = _main_launch(monkeypatch, tmp_path, ["--no-share"], env)
+    out = capsys.readouterr().out
+    assert seen["share"] is False and "--no-share" in out and named in out and "no public link" in out
+    _main_launch(monkeypatch, tmp_path, ["--no-share"], {})  # nothing to override: nothing said
+    assert "--no-share" not in capsys.readouterr().out
+
+
 def test_mcp_with_a_login_is_refused_at_start_naming_the_gradio_code(monkeypatch, tmp_path, capsys):
     for argv, env in ((["--mcp", "--auth", "ana:pw"], {}), (["--mcp"], {"GRADIO_SHARE": "true"}), (["--mcp"], {"COMPACT_LAB_AUTH": "ana:pw"})):
         with pytest.raises(SystemExit):

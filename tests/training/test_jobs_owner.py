@@ -6,8 +6,9 @@ import pytest
 
 from engine.config import TrainConfig
 from engine.errors import JobError
+from engine.run_access import owner_hash as _owner_hash
 from engine.runs import save_config
-from engine.training.jobs import JobManager, _owner_hash
+from engine.training.jobs import JobManager
 
 
 def _fake_run(runs_dir, name: str, owner: str | None) -> None:

@@ -134,6 +134,8 @@ def test_on_a_space_the_wall_time_stops_a_run_and_the_wait_counts_turns(tmp_path
     monkeypatch.setenv("SPACE_ID", "someone/compact-llm-lab")
     monkeypatch.setenv("COMPACT_LAB_SHARED", "1")
     monkeypatch.setenv("COMPACT_LAB_SPACE_MAX_MINUTES", "0.02")  # 1.2 s
+    for speed in ("COMPACT_LAB_SPACE_TRAIN_TOKENS_PER_S", "COMPACT_LAB_SPACE_GENERATED_TOKENS_PER_S"):  # a fast Space: the runs' counted
+        monkeypatch.setenv(speed, "1e12")  # work fits the turn, so only the wall time (a fake run never ends) stops them
     runs = tmp_path / "runs"
     jobs = JobManager(runs, python=fake_python, poll_s=0.05)
     assert jobs.queue  # a Space in demo mode has a waiting line

@@ -53,7 +53,72 @@ def test_sweep_removes_a_finished_session_and_old_files_but_keeps_what_runs_name
     (runs / "r1").mkdir()
     (runs / "r1" / "config.yaml").write_text(f"dataset: {a2}\n")
     assert sweep_uploads(uploads, runs, session="a") == 2  # a1 (session ended) and b_old (older than a day)
-    assert not a1.exists() and a2.exists() and not b_old.exists() and not session_dir(uploads, "b").exists()
+    assert not a1.exists() and a2.exists() and not b_old.exists()
+    # b's session may still be open: its (now empty) folder stays until it has been empty for a day, or b's session ends
+    assert session_dir(uploads, "b").is_dir()
+    os.utime(session_dir(uploads, "b"), (time.time() - 3 * 86400,) * 2)
+    sweep_uploads(uploads, runs)
+    assert not session_dir(uploads, "b").exists()
+
+
+def test_an_upload_is_never_swept_from_under_a_live_session(tmp_path, monkeypatch):
+    """Other visitors close their tabs (their sessions end) at the worst moment: after a new session's folder is made
+    and before its first upload is copied into it. The upload still succeeds."""
+    import shutil
+
+    from engine.views import uploads as up
+
+    runs, upload_dir = tmp_path, tmp_path / "_uploads"
+    src = tmp_path / "data.jsonl"
+    src.write_text('{"text": "a"}\n')
+    real_copy = shutil.copyfile
+
+    def copy_after_other_sessions_end(a, b, *args, **kw):
+        for other in ("gone-1", "gone-2"):
+            sweep_uploads(upload_dir, runs, session=other)  # the folder of the new session is empty right now
+        return real_copy(a, b, *args, **kw)
+
+    monkeypatch.setattr(up.shutil, "copyfile", copy_after_other_sessions_end)
+    kept = keep_upload(str(src), session_dir(upload_dir, "new-visitor"))
+    assert kept.read_text() == src.read_text()
+
+
+def test_many_session_ends_race_uploads(tmp_path):
+    """Many sessions end while others upload, on threads (as gradio runs them): every upload lands and stays."""
+    import threading
+
+    runs, upload_dir = tmp_path, tmp_path / "_uploads"
+    upload_dir.mkdir()
+    src = tmp_path / "data.jsonl"
+    src.write_text('{"text": "a"}\n')
+    errors: list[BaseException] = []
+    kept: list = []
+    done = threading.Event()
+
+    def end_sessions():
+        i = 0
+        while not done.is_set():
+            sweep_uploads(upload_dir, runs, session=f"ended-{i}")
+            i += 1
+
+    def upload(n):
+        try:
+            for k in range(40):
+                kept.append(keep_upload(str(src), session_dir(upload_dir, f"visitor-{n}-{k}")))
+        except BaseException as exc:  # noqa: BLE001 - collected and reported below
+            errors.append(exc)
+
+    enders = [threading.Thread(target=end_sessions) for _ in range(4)]
+    uploaders = [threading.Thread(target=upload, args=(n,)) for n in range(4)]
+    for t in enders + uploaders:
+        t.start()
+    for t in uploaders:
+        t.join()
+    done.set()
+    for t in enders:
+        t.join()
+    assert not errors, errors
+    assert len(kept) == 160 and all(p.exists() for p in kept)
 
 
 def test_export_paths_are_unguessable_and_private(tmp_path):
