@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EngineError
+from ..errors import DataError, EngineError
 from ..refs import check_hub_config, check_hub_ref, check_split, is_hub_ref, parse_columns
 from . import curriculum
 from .files import display_name
@@ -56,8 +56,19 @@ def load_source(source: str, *, columns: str | dict[str, str] | None = "", hub_c
 
 
 def train_records(cfg: TrainConfig) -> RecordSet:
-    """The training records of a config: its dataset, Hub config/split and column mapping."""
-    return load_source(cfg.dataset, columns=cfg.columns, hub_config=cfg.hub_config, hub_split=cfg.hub_split)
+    """The training records of a config: its dataset, Hub config/split and column mapping. Answers labelled good or
+    bad (the `unpaired` format) are refused for every method but KTO: the others would learn the bad answers too."""
+    records = load_source(cfg.dataset, columns=cfg.columns, hub_config=cfg.hub_config, hub_split=cfg.hub_split)
+    check_labels_used(records, cfg)
+    return records
+
+
+def check_labels_used(records: RecordSet, cfg: TrainConfig) -> None:
+    """`DataError` naming the label column and offering KTO when `records` are labelled completions and `cfg`'s method
+    is not KTO (a per-row label never goes unused)."""
+    if records.format == "unpaired" and cfg.method != "kto":
+        column = parse_columns(cfg.columns).get("label", "label")
+        raise DataError(key="error.data.labelled_needs_kto", file=display_name(records.source), column=column, method=cfg.method)
 
 
 def eval_records(cfg: TrainConfig) -> RecordSet | None:
@@ -69,9 +80,11 @@ def eval_records(cfg: TrainConfig) -> RecordSet | None:
     if not cfg.eval_dataset:
         return None
     try:
-        return load_source(cfg.eval_dataset, columns=cfg.columns, hub_config=cfg.hub_config, hub_split=cfg.eval_split)
+        records = load_source(cfg.eval_dataset, columns=cfg.columns, hub_config=cfg.hub_config, hub_split=cfg.eval_split)
     except MappedColumnsMissing:
-        return load_source(cfg.eval_dataset, hub_config=cfg.hub_config, hub_split=cfg.eval_split)
+        records = load_source(cfg.eval_dataset, hub_config=cfg.hub_config, hub_split=cfg.eval_split)
+    check_labels_used(records, cfg)
+    return records
 
 
 def build_train_data(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase, max_len: int, *, pack: bool = False,

@@ -45,7 +45,7 @@ def test_broken_pairs_are_dropped_with_a_reason(tmp_path):
     rs = load_records(str(write_jsonl(tmp_path / "b.jsonl", rows)))
     reasons = dict(rs.dropped)
     assert len(rs) == 1 and set(reasons) == {2, 3, 4, 5}
-    assert "chosen" in reasons[2] and "same answer" in reasons[3] and "prompt" in reasons[4] and "no prompt" in reasons[5]
+    assert "chosen" in reasons[2] and "same answer" in reasons[3] and "no prompt" in reasons[4] and "no prompt" in reasons[5]
 
 
 def test_column_mapping_makes_pairs(tmp_path):
