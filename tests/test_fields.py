@@ -25,7 +25,7 @@ def test_defaults_are_valid_and_round_trip():
         ("micro_batch_size", 10**9, "1,000,000,000 is not allowed"),
         ("micro_batch_size", "abc", "whole number"),
         ("epochs", "1e999", "finite"),
-        ("method", "kto", "one of qlora, lora, full, scratch"),
+        ("method", "ppo", "one of qlora, lora, full, scratch"),
         ("precision", "fp8", "one of"),
         ("max_seq_len", 4.5, "whole number"),
         ("grad_checkpointing", "maybe", "true or false"),

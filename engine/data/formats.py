@@ -33,7 +33,7 @@ from ..errors import DataError, Phrase, dropped_reasons
 from ..refs import mapping_format
 from .files import BadRow, display_name, read_rows
 from .messages import as_text, lower_keys, norm_messages, with_system
-from .preference_rows import norm_preference, norm_unpaired, split_note
+from .preference_rows import label_column, norm_preference, norm_unpaired, split_note
 
 Format = Literal["text", "instruction", "prompt_completion", "unpaired", "chat", "preference"]
 
@@ -156,6 +156,10 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
             raise no_format_error(name, columns)
         note = ambiguity_note([row for _, row in rows], fmt)
         notes = [note] if note else []
+    label = label_column([row for _, row in rows]) if fmt == "prompt_completion" else None
+    if label:  # a good/bad mark under another name (thumbs, feedback...) is the label: never trained past unread
+        rows = [(n, {**{k: v for k, v in row.items() if k != label}, "label": row[label]}) for n, row in rows]
+        fmt, notes = "unpaired", [*notes, Phrase("text.note.label_column", column=label)]
     normalizer = _NORMALIZERS[fmt]
     records, kept_rows = [], []
     for number, row in rows:

@@ -33,6 +33,8 @@ GOOD_LABELS = {"true", "1", "1.0", "yes", "y", "good", "👍", "+1", "up", "thum
                "desirable", "chosen", "accepted", "like", "liked", "sim", "bom", "boa", "positivo"}
 BAD_LABELS = {"false", "0", "0.0", "-1", "no", "n", "bad", "👎", "down", "thumbs_down", "thumbsdown", "thumbs down", "negative", "neg",
               "undesirable", "rejected", "dislike", "disliked", "não", "nao", "ruim", "negativo"}
+# Columns a feedback export names its good/bad mark with: read as the label when every value is one (`label_column`)
+LABEL_COLUMNS = ("label", "thumbs", "thumb", "thumbs_up", "feedback", "rating", "is_good", "good", "liked", "desirable", "kto_label")
 # "Human: …" / "Assistant: …" at the start of a line: the turns of an Anthropic-HH-style transcript
 _TURN = re.compile(r"(?:^|\n)[ \t]*(human|user|assistant|system)[ \t]*:[ \t]?", re.IGNORECASE)
 
@@ -50,6 +52,21 @@ def parse_label(row: dict[str, Any], key: str = "label") -> bool:
     if text in BAD_LABELS:
         return False
     raise BadRow(Phrase("text.row.bad_label", key=key, value=str(value)[:40]))
+
+
+def label_column(rows: list[dict[str, Any]]) -> str | None:
+    """The column of prompt/completion rows that marks each answer good or bad (every value a label: true/false,
+    👍/👎, up/down ...), by the names feedback exports use; None when there is none."""
+    for name in LABEL_COLUMNS:
+        values = [row[name] for row in rows[:500] if name in row]
+        if values and len(values) == len(rows[:500]):
+            try:
+                for value in values:
+                    parse_label({"label": value})
+            except BadRow:
+                continue
+            return name
+    return None
 
 
 def transcript_turns(text: str) -> list[dict[str, str]] | None:
