@@ -63,12 +63,14 @@ def train_records(cfg: TrainConfig) -> RecordSet:
     return records
 
 
-def check_labels_used(records: RecordSet, cfg: TrainConfig) -> None:
-    """`DataError` naming the label column and offering KTO when `records` are labelled completions and `cfg`'s method
-    is not KTO (a per-row label never goes unused)."""
-    if records.format == "unpaired" and cfg.method != "kto":
-        column = parse_columns(cfg.columns).get("label", "label")
-        raise DataError(key="error.data.labelled_needs_kto", file=display_name(records.source), column=column, method=cfg.method)
+def check_labels_used(records: RecordSet, cfg: TrainConfig | None = None, *, cfg_method: str = "") -> None:
+    """`DataError` naming the label column and offering KTO when `records` are labelled completions and the method
+    (`cfg`'s, or `cfg_method`) is not KTO (a per-row label never goes unused)."""
+    method = cfg.method if cfg is not None else cfg_method
+    if records.format == "unpaired" and method != "kto":
+        noted = next((n.params["column"] for n in records.notes if getattr(n, "key", "") == "text.note.label_column"), "label")
+        column = parse_columns(cfg.columns).get("label", noted) if cfg is not None else noted
+        raise DataError(key="error.data.labelled_needs_kto", file=display_name(records.source), column=column, method=method)
 
 
 def eval_records(cfg: TrainConfig) -> RecordSet | None:

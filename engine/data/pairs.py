@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import DataError, Phrase, dropped_reasons, for_people
 from ..i18n import fmt_number, t
 from ..objectives import PREFERENCE_METHODS
-from .build import TrainData, eval_records, train_records
+from .build import TrainData, check_labels_used, eval_records, train_records
 from .files import BadRow, display_name
 from .formats import RecordSet, to_messages
 from .tokenize import split_eval
@@ -129,6 +129,8 @@ def _require(records: RecordSet, method: str) -> None:
     if method == "kto":
         if records.format not in ("unpaired", "preference"):
             raise DataError(key="preference.msg.needs_labelled", source=display_name(records.source), format=records.format)
+    elif records.format == "unpaired":  # answers labelled good or bad: offered KTO (engine/data/build.py)
+        check_labels_used(records, cfg_method=method)
     elif records.format != "preference":
         raise DataError(key="preference.msg.needs_pairs", method=method, source=display_name(records.source), format=records.format)
 
