@@ -141,7 +141,7 @@ class TrainConfig:
     # --- Preference and reward tuning (dpo, orpo, grpo) ---
     tuning: Tuning = opt(
         "lora", "Only for dpo, orpo, kto and grpo: which weights learn: small LoRA adapters, LoRA on a 4-bit model, or every weight.",
-        label="Trained weights (dpo/orpo/kto/grpo)", details="What the methods lora, qlora and full are for supervised training. With LoRA "
+        label="Weights (dpo/orpo/kto/grpo)", details="What the methods lora, qlora and full are for supervised training. With LoRA "
         "and QLoRA, DPO's and KTO's reference model is the base with the adapter switched off (no second copy in memory); a full DPO run keeps a "
         "frozen copy of the starting model.",
         choices_help={"lora": "LoRA adapters on a 16/32-bit base model.", "qlora": "LoRA adapters on a 4-bit base model (bitsandbytes).",

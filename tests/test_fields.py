@@ -57,7 +57,7 @@ def test_field_specs_cover_every_field_with_help():
     for s in specs:
         assert s.help, s.name
     method = next(s for s in specs if s.name == "method")
-    assert method.choices == ("qlora", "lora", "full", "scratch", "distill", "dpo", "orpo", "grpo")
+    assert method.choices == ("qlora", "lora", "full", "scratch", "distill", "dpo", "orpo", "kto", "grpo")
     # every scalar field of TrainConfig appears exactly once
     flat = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("quant", "lora")]
     assert all(n in names for n in flat)
