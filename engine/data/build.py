@@ -60,7 +60,20 @@ def train_records(cfg: TrainConfig) -> RecordSet:
     bad (the `unpaired` format) are refused for every method but KTO: the others would learn the bad answers too."""
     records = load_source(cfg.dataset, columns=cfg.columns, hub_config=cfg.hub_config, hub_split=cfg.hub_split)
     check_labels_used(records, cfg)
+    if cfg.curriculum == "column" and cfg.difficulty_column:  # the curriculum reads that column: not an unused one
+        records.notes = [_without(n, cfg.difficulty_column) for n in records.notes]
+        records.notes = [n for n in records.notes if n is not None]
     return records
+
+
+def _without(note: Any, column: str) -> Any:
+    """An unused-columns note (engine/data/formats.py `unused_note`) without `column`; None when nothing is left."""
+    if not str(getattr(note, "key", "")).startswith("text.note.unused"):
+        return note
+    left = [c for c in note.params["columns"].split(", ") if c != repr(column)]
+    if not left:
+        return None
+    return type(note)(note.key, **{**note.params, "columns": ", ".join(left)})
 
 
 def check_labels_used(records: RecordSet, cfg: TrainConfig | None = None, *, cfg_method: str = "") -> None:

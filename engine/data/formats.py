@@ -172,7 +172,7 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
     if not records:
         reasons = dropped_reasons(dropped, unit)
         raise DataError(key="error.data.no_usable_rows", file=name, n=len(raw), format=fmt, reasons=reasons)
-    extra = [unused_note([row for _, row in rows], fmt, mapping or {}), split_note(records, kept_rows) if fmt == "preference" else None]
+    extra = [unused_note([row for _, row in rows], fmt), split_note(records, kept_rows) if fmt == "preference" else None]
     return RecordSet(records, fmt, source, dropped, kept_rows, unit, columns, notes + [n for n in extra if n])
 
 
@@ -188,14 +188,14 @@ def used_columns(row: dict[str, Any], fmt: str) -> set[str]:
     return used
 
 
-def unused_note(rows: list[dict[str, Any]], fmt: str, mapping: dict[str, str]) -> Phrase | None:
-    """A note naming every column no row's format reads (after the mapping), with a mapping that would use one where
-    the format has a place for it (an instruction row's input or system turn; a pair's or chat's system turn)."""
+def unused_note(rows: list[dict[str, Any]], fmt: str, also_used: tuple[str, ...] = ()) -> Phrase | None:
+    """A note naming every column no row's format reads (after the mapping: the rows' keys are the mapped names), with
+    a mapping that would use one where the format has a place for it (an instruction row's input or system turn; a
+    pair's or chat's system turn). also_used: columns a run reads beside the format (a curriculum's difficulty column)."""
     sample = rows[:500]
-    unused = sorted({k for row in sample for k in row if k not in used_columns(row, fmt)})
+    unused = sorted({k for row in sample for k in row if k not in used_columns(row, fmt) and k not in also_used})
     if not unused:
         return None
-    del mapping  # the row's keys are already the mapped names: an unused column is one the mapping left alone
     shown = ", ".join(repr(c) for c in unused[:12]) + (f" (+{len(unused) - 12})" if len(unused) > 12 else "")
     systemish = next((c for c in unused if "system" in c or c in ("persona", "sistema")), None)
     if systemish and fmt in OPTIONAL_KEYS:

@@ -172,3 +172,10 @@ def test_builtin_feedback_is_derived_from_the_pairs_and_balanced():
     assert 0.4 < good / len(shipped) < 0.6
     rs = load_records("builtin:feedback")
     assert rs.format == "unpaired" and len(rs) == len(shipped) and not rs.dropped and not rs.notes
+
+
+def test_a_curriculum_difficulty_column_is_not_called_unused(tmp_path):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"instruction": "q", "output": "a", "level": 2, "source": "x"}])
+    assert "'level'" in _notes(load_records(str(path)))
+    rs = train_records(TrainConfig(method="full", dataset=str(path), curriculum="column", difficulty_column="level"))
+    assert "'level'" not in _notes(rs) and "'source'" in _notes(rs)
