@@ -163,3 +163,17 @@ def test_kto_from_the_cli_on_the_builtin_feedback_as_a_subprocess(runs_dir):
     data = next(e for e in events if e["type"] == "data")
     assert data["kind"] == "labelled" and data["good"] + data["bad"] == data["train_examples"] == 494
     assert (runs_dir / "t-cli-kto" / "adapter" / "adapter_config.json").exists()
+
+
+def test_kto_learns_to_prefer_the_answers_marked_good(runs_dir, tmp_path):
+    """Outcome, not mechanism: on answers marked good ("yes") and bad ("no way"), the good answers' implicit reward
+    pulls ahead of the bad ones' (this exact run on this CPU: margin 0.0 at step 1, 1.1 at step 5, 3.8 at 10, 6.3 at 30)."""
+    from tests.conftest import write_jsonl
+
+    rows = [{"prompt": f"Say yes {i}", "completion": "yes" if i % 2 else "no way", "label": bool(i % 2)} for i in range(16)]
+    data = write_jsonl(tmp_path / "labelled.jsonl", rows)
+    cfg = TrainConfig(method="kto", tuning="full", base_model="builtin:compact-mini", dataset=str(data), run_name="t-kto-learns",
+                      **{**FAST, "max_steps": 30, "micro_batch_size": 8, "logging_steps": 5, "save_steps": 100})
+    assert run_training(cfg, runs_dir / cfg.run_name, runs_dir=runs_dir)["type"] == "done"
+    margins = [e["reward_margin"] for e in _progress(runs_dir / cfg.run_name) if e.get("reward_margin") is not None]
+    assert abs(margins[0]) < 0.5 and margins[-1] > 3.0, margins
