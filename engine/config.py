@@ -69,7 +69,7 @@ class QuantSettings:
 
 # --- Training --------------------------------------------------------------------------------------
 
-Method = Literal["qlora", "lora", "full", "scratch", "distill", "dpo", "orpo", "grpo"]
+Method = Literal["qlora", "lora", "full", "scratch", "distill", "dpo", "orpo", "kto", "grpo"]
 
 # --- Preference and reward tuning (DPO, ORPO, GRPO: issue 27): the method names and the reward list, engine/objectives.py
 Tuning = Literal["lora", "qlora", "full"]
@@ -119,6 +119,7 @@ class TrainConfig:
             "distill": "Knowledge distillation: the base model (the student) learns to imitate a teacher model's output distribution.",
             "dpo": "Direct Preference Optimization (trl): learns from pairs of a better and a worse answer, against a frozen reference.",
             "orpo": "ORPO (trl.experimental.orpo): learns the better answer and, in the same loss, to prefer it over the worse one; no reference model.",
+            "kto": "KTO (trl): learns from answers marked good or bad one at a time (thumbs-up/down data; pairs work too), against a frozen reference.",
             "grpo": "GRPO (trl): writes several answers to each prompt, scores them with built-in rewards, and learns from the better ones.",
         },
     )
@@ -139,17 +140,17 @@ class TrainConfig:
     )
     # --- Preference and reward tuning (dpo, orpo, grpo) ---
     tuning: Tuning = opt(
-        "lora", "Only for dpo, orpo and grpo: which weights learn: small LoRA adapters, LoRA on a 4-bit model, or every weight.",
-        label="Trained weights (dpo/orpo/grpo)", details="What the methods lora, qlora and full are for supervised training. With LoRA "
-        "and QLoRA, DPO's reference model is the base with the adapter switched off (no second copy in memory); a full DPO run keeps a "
+        "lora", "Only for dpo, orpo, kto and grpo: which weights learn: small LoRA adapters, LoRA on a 4-bit model, or every weight.",
+        label="Weights (dpo/orpo/kto/grpo)", details="What the methods lora, qlora and full are for supervised training. With LoRA "
+        "and QLoRA, DPO's and KTO's reference model is the base with the adapter switched off (no second copy in memory); a full DPO run keeps a "
         "frozen copy of the starting model.",
         choices_help={"lora": "LoRA adapters on a 16/32-bit base model.", "qlora": "LoRA adapters on a 4-bit base model (bitsandbytes).",
                       "full": "Every weight; DPO keeps a frozen copy of the starting model as its reference."},
     )
     beta: float = opt(
-        0.1, "Only for dpo and orpo: how strongly the preference counts; 0.1 is the usual start.", min=0.001, max=10.0, step=0.01,
-        label="Beta (dpo, orpo)", details="DPO: the inverse temperature of the implicit reward (higher keeps the model closer to the "
-        "reference). ORPO: the weight lambda of the odds-ratio term added to the chosen answer's cross-entropy.",
+        0.1, "Only for dpo, orpo and kto: how strongly the preference counts; 0.1 is the usual start.", min=0.001, max=10.0, step=0.01,
+        label="Beta (dpo, orpo, kto)", details="DPO and KTO: the inverse temperature of the implicit reward (higher keeps the model "
+        "closer to the reference). ORPO: the weight lambda of the odds-ratio term added to the chosen answer's cross-entropy.",
     )
     reward: str = opt(
         "dates", "Only for grpo: the built-in rewards that score each answer, with optional weights, e.g. dates or dates, format:0.5.",
@@ -331,11 +332,14 @@ class TrainConfig:
         return "full" if self.method in ("scratch", "distill") else self.method
 
     def _check_objective(self) -> None:
-        """The fields of dpo, orpo and grpo: a known reward list, and whole groups of answers per optimizer step."""
+        """The fields of dpo, orpo, kto and grpo: a known reward list, whole groups of answers per optimizer step, and
+        KTO's two rows or more per micro batch."""
         self.reward = ", ".join(f"{n}:{w:g}" if w != 1 else n for n, w in parse_rewards(self.reward))
         if self.method in REWARD_METHODS and (self.micro_batch_size * self.grad_accum) % self.num_generations:
             raise ConfigError.of("num_generations", self.num_generations, "generations_batch", "TrainConfig",
                                  batch=self.micro_batch_size * self.grad_accum)
+        if self.method == "kto" and self.micro_batch_size < 2:  # trl's KL estimate pairs each row with another of its batch
+            raise ConfigError.of("micro_batch_size", self.micro_batch_size, "kto_batch", "TrainConfig")
         if self.method in REWARD_METHODS and self.early_stopping_patience > 0:  # GRPO has no eval loss to watch
             raise ConfigError.of("early_stopping_patience", self.early_stopping_patience, "patience_grpo", "TrainConfig")
 

@@ -1,4 +1,4 @@
-"""The preference and reward methods (DPO, ORPO, GRPO) by name, and the syntax of GRPO's reward list.
+"""The preference and reward methods (DPO, ORPO, KTO, GRPO) by name, and the syntax of GRPO's reward list.
 
 Below engine/config.py (which validates TrainConfig's `method` and `reward` with these) and everything that trains or
 estimates them: the names are data every layer shares, the trainers and the rewards live in engine/training/.
@@ -10,7 +10,7 @@ from .errors import ConfigError
 
 # The objectives that learn from preference pairs or from rewards instead of from answers; each trains the weights
 # that `tuning` names (LoRA, QLoRA or every weight), where the supervised methods name them in `method` itself.
-PREFERENCE_METHODS = ("dpo", "orpo")
+PREFERENCE_METHODS = ("dpo", "orpo", "kto")  # KTO: answers labelled good or bad, one at a time (pairs are unpaired)
 REWARD_METHODS = ("grpo",)
 OBJECTIVE_METHODS = PREFERENCE_METHODS + REWARD_METHODS
 # The built-in reward functions of GRPO, chosen by name (never code from the user); engine/training/rewards.py

@@ -163,7 +163,10 @@ COLUMN_TARGETS: dict[str, str] = {
     # preference pairs (DPO, ORPO): 'prompt' joins them too, see `mapping_format`
     "chosen": "preference",
     "rejected": "preference",
+    # labelled completions (KTO): 'prompt' and 'completion' join 'label'; 'system' joins any chat-like format
+    "label": "unpaired",
 }
+SHARED_TARGETS = ("system",)  # a target every chat-like format reads: alone it leaves the format to detection
 
 
 def is_hub_ref(ref: str) -> bool:
@@ -225,7 +228,8 @@ def parse_columns(spec: str | dict[str, str] | None, field: str = "columns") -> 
         if target in mapping:
             raise ConfigError(field, spec, allowed_key="error.allowed.mapping_twice", target=target)
         mapping[target] = source
-    formats = sorted({COLUMN_TARGETS[t] for t in mapping} - ({"prompt_completion"} if _is_pair_mapping(mapping) else set()))
+    joined = {"prompt_completion"} if _is_pair_mapping(mapping) or "label" in mapping else set()
+    formats = sorted({COLUMN_TARGETS[t] for t in mapping if t not in SHARED_TARGETS} - joined)
     if len(formats) > 1:
         raise ConfigError(field, spec, allowed_key="error.allowed.mapping_mixed", formats=" + ".join(formats))
     return mapping
@@ -236,9 +240,15 @@ def _is_pair_mapping(mapping: dict[str, str]) -> bool:
     return bool({"chosen", "rejected"} & set(mapping)) and "completion" not in mapping
 
 
-def mapping_format(mapping: dict[str, str]) -> str:
-    """The data format a (checked) column mapping makes: the format of its targets (engine/data/formats.py)."""
-    return "preference" if _is_pair_mapping(mapping) else COLUMN_TARGETS[next(iter(mapping))]
+def mapping_format(mapping: dict[str, str]) -> str | None:
+    """The data format a (checked) column mapping makes: the format of its targets (engine/data/formats.py); None when
+    it maps only a target every format shares (system), and the data's columns decide."""
+    if _is_pair_mapping(mapping):
+        return "preference"
+    if "label" in mapping:
+        return "unpaired"
+    own = [t for t in mapping if t not in SHARED_TARGETS]
+    return COLUMN_TARGETS[own[0]] if own else None
 
 
 # --------------------------------------------------------------------------------------------------

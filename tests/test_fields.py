@@ -25,7 +25,7 @@ def test_defaults_are_valid_and_round_trip():
         ("micro_batch_size", 10**9, "1,000,000,000 is not allowed"),
         ("micro_batch_size", "abc", "whole number"),
         ("epochs", "1e999", "finite"),
-        ("method", "kto", "one of qlora, lora, full, scratch"),
+        ("method", "ppo", "one of qlora, lora, full, scratch"),
         ("precision", "fp8", "one of"),
         ("max_seq_len", 4.5, "whole number"),
         ("grad_checkpointing", "maybe", "true or false"),
@@ -57,7 +57,7 @@ def test_field_specs_cover_every_field_with_help():
     for s in specs:
         assert s.help, s.name
     method = next(s for s in specs if s.name == "method")
-    assert method.choices == ("qlora", "lora", "full", "scratch", "distill", "dpo", "orpo", "grpo")
+    assert method.choices == ("qlora", "lora", "full", "scratch", "distill", "dpo", "orpo", "kto", "grpo")
     # every scalar field of TrainConfig appears exactly once
     flat = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("quant", "lora")]
     assert all(n in names for n in flat)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EngineError
+from ..errors import DataError, EngineError
 from ..refs import check_hub_config, check_hub_ref, check_split, is_hub_ref, parse_columns
 from . import curriculum
 from .files import display_name
@@ -56,8 +56,34 @@ def load_source(source: str, *, columns: str | dict[str, str] | None = "", hub_c
 
 
 def train_records(cfg: TrainConfig) -> RecordSet:
-    """The training records of a config: its dataset, Hub config/split and column mapping."""
-    return load_source(cfg.dataset, columns=cfg.columns, hub_config=cfg.hub_config, hub_split=cfg.hub_split)
+    """The training records of a config: its dataset, Hub config/split and column mapping. Answers labelled good or
+    bad (the `unpaired` format) are refused for every method but KTO: the others would learn the bad answers too."""
+    records = load_source(cfg.dataset, columns=cfg.columns, hub_config=cfg.hub_config, hub_split=cfg.hub_split)
+    check_labels_used(records, cfg)
+    if cfg.curriculum == "column" and cfg.difficulty_column:  # the curriculum reads that column: not an unused one
+        records.notes = [_without(n, cfg.difficulty_column) for n in records.notes]
+        records.notes = [n for n in records.notes if n is not None]
+    return records
+
+
+def _without(note: Any, column: str) -> Any:
+    """An unused-columns note (engine/data/formats.py `unused_note`) without `column`; None when nothing is left."""
+    if not str(getattr(note, "key", "")).startswith("text.note.unused"):
+        return note
+    left = [c for c in note.params["columns"].split(", ") if c != repr(column)]
+    if not left:
+        return None
+    return type(note)(note.key, **{**note.params, "columns": ", ".join(left)})
+
+
+def check_labels_used(records: RecordSet, cfg: TrainConfig | None = None, *, cfg_method: str = "") -> None:
+    """`DataError` naming the label column and offering KTO when `records` are labelled completions and the method
+    (`cfg`'s, or `cfg_method`) is not KTO (a per-row label never goes unused)."""
+    method = cfg.method if cfg is not None else cfg_method
+    if records.format == "unpaired" and method != "kto":
+        noted = next((n.params["column"] for n in records.notes if getattr(n, "key", "") == "text.note.label_column"), "label")
+        column = parse_columns(cfg.columns).get("label", noted) if cfg is not None else noted
+        raise DataError(key="error.data.labelled_needs_kto", file=display_name(records.source), column=column, method=method)
 
 
 def eval_records(cfg: TrainConfig) -> RecordSet | None:
@@ -69,9 +95,11 @@ def eval_records(cfg: TrainConfig) -> RecordSet | None:
     if not cfg.eval_dataset:
         return None
     try:
-        return load_source(cfg.eval_dataset, columns=cfg.columns, hub_config=cfg.hub_config, hub_split=cfg.eval_split)
+        records = load_source(cfg.eval_dataset, columns=cfg.columns, hub_config=cfg.hub_config, hub_split=cfg.eval_split)
     except MappedColumnsMissing:
-        return load_source(cfg.eval_dataset, hub_config=cfg.hub_config, hub_split=cfg.eval_split)
+        records = load_source(cfg.eval_dataset, hub_config=cfg.hub_config, hub_split=cfg.eval_split)
+    check_labels_used(records, cfg)
+    return records
 
 
 def build_train_data(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase, max_len: int, *, pack: bool = False,

@@ -25,6 +25,7 @@ BUILTIN_FILES: dict[str, str] = {
     "builtin:dates": "dates.jsonl",
     "builtin:corpus": "corpus.txt",
     "builtin:preferences": "preferences.jsonl",
+    "builtin:feedback": "feedback.jsonl",
 }
 BUILTIN_DATASETS: dict[str, str] = {
     "builtin:instructions": "194 short instruction/answer pairs in Portuguese and English (LLMs, GPUs, daily life).",
@@ -32,6 +33,8 @@ BUILTIN_DATASETS: dict[str, str] = {
     "builtin:corpus": "~75 KB of plain paragraphs in Portuguese and English, for pretraining a compact model.",
     "builtin:preferences": "494 preference pairs (prompt, chosen, rejected) in Portuguese and English for DPO and ORPO: date answers "
     "with day and month swapped or the wrong format, instruction answers cut off or answering another question.",
+    "builtin:feedback": "494 answers labelled good or bad (prompt, completion, label) for KTO: one answer of each preference pair, "
+    "the shape of a chat app's thumbs-up/down export.",
 }
 
 EXTENSIONS: dict[str, str] = {

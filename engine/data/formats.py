@@ -1,21 +1,24 @@
 """Dataset formats: detecting the format of raw rows, normalizing them into a `RecordSet`, the column mapping, and
-turning records into chat messages.
+turning records into chat messages. docs/data.md shows every shape a student may bring and what each becomes.
 
 Formats (detected from the keys/columns of the rows):
 
 - ``text``: ``{"text": ...}`` — plain language modelling; a .txt file gives one row per paragraph.
-- ``instruction``: ``instruction`` (+ optional ``input``, ``system``) + ``output`` (or ``response``).
+- ``instruction``: ``instruction`` (+ optional ``input`` or Dolly's ``context``, ``system``) + ``output`` (or
+  ``response``). The input/context joins the user turn after a blank line.
 - ``prompt_completion``: ``prompt`` + ``completion`` (strings, or lists of messages as in TRL).
+- ``unpaired``: ``prompt`` + ``completion`` + ``label`` (good/bad: KTO's labelled completions, a chat app's
+  thumbs-up/down export). Only KTO trains on it: the other methods refuse it rather than learn the bad answers.
 - ``chat``: ``messages`` (``role``/``content``) or ``conversations`` (ShareGPT ``from``/``value``, with
-  human → user, gpt → assistant).
-- ``preference``: ``prompt`` + ``chosen`` + ``rejected`` (DPO, ORPO): texts, or lists of messages as in TRL; or only
-  ``chosen`` + ``rejected`` as whole conversations that share their first turns (the prompt is what they share).
-  Supervised methods train on the prompt and the chosen answer.
+  human → user, gpt → assistant); a top-level ``system`` field becomes the system turn.
+- ``preference``: ``prompt`` + ``chosen`` + ``rejected`` (DPO, ORPO, KTO), or only ``chosen`` + ``rejected`` with the
+  prompt inside both (engine/data/preference_rows.py). Supervised methods train on the prompt and the chosen answer.
 
 The ``columns`` mapping (``instruction=question, output=answer``, parsed by engine/refs.py `parse_columns`)
 is applied before format detection, so that any table can be used without editing it. Rows come from files
 (engine/data/files.py) or Hub datasets (engine/data/hub.py); both go through `normalize`. Individually bad rows are
-dropped and listed with the reason; tokenization is engine/data/tokenize.py.
+dropped and listed with the reason; every column a format does not use is named in a note, with the mapping that would
+use it where there is one (`unused_note`). Tokenization is engine/data/tokenize.py.
 """
 
 from __future__ import annotations
@@ -29,26 +32,23 @@ from typing import Any, Literal
 from ..errors import DataError, Phrase, dropped_reasons
 from ..refs import mapping_format
 from .files import BadRow, display_name, read_rows
+from .messages import as_text, lower_keys, norm_messages, with_system
+from .preference_rows import label_column, norm_preference, norm_unpaired, split_note
 
-Format = Literal["text", "instruction", "prompt_completion", "chat", "preference"]
+Format = Literal["text", "instruction", "prompt_completion", "unpaired", "chat", "preference"]
 
 # format -> alternative sets of columns that identify it, in order of preference when a file has several
 FORMAT_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "preference": (("prompt", "chosen", "rejected"), ("chosen", "rejected")),
+    "unpaired": (("prompt", "completion", "label"),),
     "chat": (("messages",), ("conversations",)),
     "instruction": (("instruction", "output"), ("instruction", "response")),
     "prompt_completion": (("prompt", "completion"),),
     "text": (("text",),),
 }
-ROLE_ALIASES: dict[str, str] = {
-    "system": "system",
-    "user": "user",
-    "human": "user",
-    "assistant": "assistant",
-    "gpt": "assistant",
-    "bot": "assistant",
-    "model": "assistant",
-}
+# The columns each format reads (beside its FORMAT_KEYS); any other column is named in the data check's note
+OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {"instruction": ("input", "context", "system"), "chat": ("system",), "preference": ("system",),
+                                             "unpaired": ("system",)}
 # Common column names of public datasets, to suggest a mapping when detection finds nothing.
 _GUESSES: dict[str, tuple[str, ...]] = {
     "instruction": ("question", "query", "instruction", "task", "pergunta", "problem", "prompt", "input"),
@@ -117,13 +117,6 @@ def load_records(source: str, *, columns: dict[str, str] | None = None) -> Recor
 # --------------------------------------------------------------------------------------------------
 
 
-def _lower_keys(row: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in row.items():
-        out.setdefault(str(key).strip().lower(), value)
-    return out
-
-
 def _detect_format(rows: Sequence[dict[str, Any]]) -> Format | None:
     """The format whose columns most sampled rows have; ties go to the more structured format."""
     sample = rows[:500]
@@ -149,7 +142,7 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
         elif isinstance(row, str):  # a list of strings is a plain-text dataset
             rows.append((number, {"text": row}))
         elif isinstance(row, dict):
-            rows.append((number, _lower_keys(row)))
+            rows.append((number, lower_keys(row)))
         else:
             dropped.append((number, Phrase("text.row.not_object", found=type(row).__name__)))
     counts = Counter(key for _, row in rows for key in row)
@@ -163,6 +156,10 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
             raise no_format_error(name, columns)
         note = ambiguity_note([row for _, row in rows], fmt)
         notes = [note] if note else []
+    label = label_column([row for _, row in rows]) if fmt == "prompt_completion" else None
+    if label:  # a good/bad mark under another name (thumbs, feedback...) is the label: never trained past unread
+        rows = [(n, {**{k: v for k, v in row.items() if k != label}, "label": row[label]}) for n, row in rows]
+        fmt, notes = "unpaired", [*notes, Phrase("text.note.label_column", column=label)]
     normalizer = _NORMALIZERS[fmt]
     records, kept_rows = [], []
     for number, row in rows:
@@ -175,33 +172,52 @@ def normalize(raw: list[tuple[int, Any]], unit: str, source: str, name: str, map
     if not records:
         reasons = dropped_reasons(dropped, unit)
         raise DataError(key="error.data.no_usable_rows", file=name, n=len(raw), format=fmt, reasons=reasons)
-    return RecordSet(records, fmt, source, dropped, kept_rows, unit, columns, notes)
+    extra = [unused_note([row for _, row in rows], fmt), split_note(records, kept_rows) if fmt == "preference" else None]
+    return RecordSet(records, fmt, source, dropped, kept_rows, unit, columns, notes + [n for n in extra if n])
 
 
-def _as_text(row: dict[str, Any], key: str, *, required: bool) -> str:
-    value = row.get(key)
-    if value is None or (isinstance(value, float) and value != value):  # None or NaN (pandas/parquet)
-        value = ""
-    elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise BadRow(Phrase("text.row.not_text", key=key, found=type(value).__name__))
-    value = str(value)
-    if required and not value.strip():
-        raise BadRow(Phrase("text.row.empty" if key in row else "text.row.missing", key=key))
-    return value
+def used_columns(row: dict[str, Any], fmt: str) -> set[str]:
+    """The columns of a (mapped) row that format `fmt` reads: its FORMAT_KEYS and OPTIONAL_KEYS (an instruction row
+    reads 'input', or Dolly's 'context' when it has no 'input'; 'output', or 'response' when it has no 'output')."""
+    used = {k for keys in FORMAT_KEYS[fmt] for k in keys} | set(OPTIONAL_KEYS.get(fmt, ()))
+    if fmt == "instruction":
+        used -= {"context"} if "input" in row else set()
+        used -= {"response"} if "output" in row else set()
+    if fmt == "chat":
+        used -= {"conversations"} if "messages" in row else set()
+    return used
+
+
+def unused_note(rows: list[dict[str, Any]], fmt: str, also_used: tuple[str, ...] = ()) -> Phrase | None:
+    """A note naming every column no row's format reads (after the mapping: the rows' keys are the mapped names), with
+    a mapping that would use one where the format has a place for it (an instruction row's input or system turn; a
+    pair's or chat's system turn). also_used: columns a run reads beside the format (a curriculum's difficulty column)."""
+    sample = rows[:500]
+    unused = sorted({k for row in sample for k in row if k not in used_columns(row, fmt) and k not in also_used})
+    if not unused:
+        return None
+    shown = ", ".join(repr(c) for c in unused[:12]) + (f" (+{len(unused) - 12})" if len(unused) > 12 else "")
+    systemish = next((c for c in unused if "system" in c or c in ("persona", "sistema")), None)
+    if systemish and fmt in OPTIONAL_KEYS:
+        return Phrase("text.note.unused_system", columns=shown, example=f"system={systemish}")
+    texty = next((c for c in unused if any(isinstance(r.get(c), str) and r[c].strip() for r in sample)), None)
+    if fmt == "instruction" and texty:
+        return Phrase("text.note.unused_input", columns=shown, example=f"input={texty}")
+    return Phrase("text.note.unused", columns=shown, format=fmt)
 
 
 def _norm_text(row: dict[str, Any]) -> dict[str, Any]:
-    return {"text": _as_text(row, "text", required=True)}
+    return {"text": as_text(row, "text", required=True)}
 
 
 def _norm_instruction(row: dict[str, Any]) -> dict[str, Any]:
     out_key = "output" if "output" in row or "response" not in row else "response"
     record = {
-        "instruction": _as_text(row, "instruction", required=True),
-        "input": _as_text(row, "input", required=False),
-        "output": _as_text(row, out_key, required=True),
+        "instruction": as_text(row, "instruction", required=True),
+        "input": as_text(row, "input" if "input" in row else "context", required=False),  # Dolly names it context
+        "output": as_text(row, out_key, required=True),
     }
-    system = _as_text(row, "system", required=False)
+    system = as_text(row, "system", required=False)
     if system.strip():
         record["system"] = system
     return record
@@ -212,11 +228,11 @@ def _norm_prompt_completion(row: dict[str, Any]) -> dict[str, Any]:
     for key, role in (("prompt", "user"), ("completion", "assistant")):
         value = row.get(key)
         if isinstance(value, list):  # conversational prompt/completion (TRL style)
-            record[key] = _norm_messages(value, need_assistant=role == "assistant", trim=False)
+            record[key] = norm_messages(value, need_assistant=role == "assistant", trim=False)
             if not record[key]:
                 raise BadRow(Phrase("text.row.empty", key=key))
         else:
-            record[key] = _as_text(row, key, required=True)
+            record[key] = as_text(row, key, required=True)
     return record
 
 
@@ -230,94 +246,14 @@ def _norm_chat(row: dict[str, Any]) -> dict[str, Any]:
             raise BadRow(Phrase("text.row.text_not_messages", key=key)) from None
     if not isinstance(value, list) or not value:
         raise BadRow(Phrase("text.row.no_messages", key=key))
-    return {"messages": _norm_messages(value, need_assistant=True, trim=True)}
-
-
-def _norm_messages(messages: list[Any], *, need_assistant: bool, trim: bool) -> list[dict[str, str]]:
-    out: list[dict[str, str]] = []
-    for turn, message in enumerate(messages, start=1):
-        if not isinstance(message, dict):
-            raise BadRow(Phrase("text.row.message_not_object", turn=turn))
-        message = _lower_keys(message)
-        role_raw = message.get("role", message.get("from"))
-        role = ROLE_ALIASES.get(str(role_raw).strip().lower()) if role_raw is not None else None
-        if role is None:
-            raise BadRow(Phrase("text.row.unknown_role", turn=turn, role=str(role_raw)))
-        content = _flatten_content(message.get("content", message.get("value")))
-        if content is None:
-            raise BadRow(Phrase("text.row.no_content", turn=turn))
-        if not content.strip():
-            if role == "system":
-                continue
-            raise BadRow(Phrase("text.row.empty_message", turn=turn, role=role))
-        out.append({"role": role, "content": content})
-    if trim:
-        # trailing user turns have nothing to learn from; a leading assistant turn (a canned greeting)
-        # has no prompt to answer, and many templates reject a conversation that starts with one
-        while out and out[-1]["role"] != "assistant":
-            out.pop()
-        first_user = next((i for i, m in enumerate(out) if m["role"] == "user"), len(out))
-        out = [m for i, m in enumerate(out) if i >= first_user or m["role"] == "system"]
-    if need_assistant and not any(m["role"] == "assistant" for m in out):
-        raise BadRow(Phrase("text.row.no_assistant"))
-    return out
-
-
-def _flatten_content(content: Any) -> str | None:
-    """Message content as text; a list of parts ([{"type": "text", "text": ...}]) is joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        texts += [p for p in content if isinstance(p, str)]
-        return "".join(texts) if texts else None
-    return None
-
-
-def norm_preference(row: dict[str, Any]) -> dict[str, Any]:
-    """A preference pair as ``{"prompt": [messages], "chosen": [assistant messages], "rejected": [...]}``.
-
-    Texts become one user / one assistant message; TRL's conversational pairs keep their messages. Without a
-    ``prompt``, ``chosen`` and ``rejected`` are whole conversations and their shared first messages are the prompt.
-    Raises `BadRow` naming what is wrong (an empty answer, identical answers, no prompt)."""
-    sides: dict[str, list[dict[str, str]]] = {}
-    for key in ("chosen", "rejected"):
-        value = row.get(key)
-        if isinstance(value, str) and value.strip().startswith("[") and "prompt" not in row:  # a CSV cell holding JSON
-            try:
-                value = json.loads(value)
-            except (json.JSONDecodeError, RecursionError):
-                pass
-        if isinstance(value, list):
-            sides[key] = _norm_messages(value, need_assistant=False, trim=False)
-        else:
-            sides[key] = [{"role": "assistant", "content": _as_text(row, key, required=True)}]
-    if "prompt" in row:
-        prompt_value = row.get("prompt")
-        if isinstance(prompt_value, list):
-            prompt = _norm_messages(prompt_value, need_assistant=False, trim=False)
-        else:
-            prompt = [{"role": "user", "content": _as_text(row, "prompt", required=True)}]
-    else:  # implicit prompt: the turns both conversations share
-        shared = 0
-        while shared < min(len(sides["chosen"]), len(sides["rejected"])) and sides["chosen"][shared] == sides["rejected"][shared]:
-            shared += 1
-        prompt = sides["chosen"][:shared]
-        sides = {k: v[shared:] for k, v in sides.items()}
-    if not any(m["role"] == "user" for m in prompt):
-        raise BadRow("no prompt: a 'prompt' column, or 'chosen' and 'rejected' conversations that start with the same user turn")
-    for key, messages in sides.items():
-        if not messages or not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
-            raise BadRow(f"empty '{key}' answer")
-    if sides["chosen"] == sides["rejected"]:
-        raise BadRow("'chosen' and 'rejected' are the same answer: nothing to prefer")
-    return {"prompt": prompt, **sides}
+    return {"messages": with_system(norm_messages(value, need_assistant=True, trim=True), row)}
 
 
 _NORMALIZERS = {
     "text": _norm_text,
     "instruction": _norm_instruction,
     "prompt_completion": _norm_prompt_completion,
+    "unpaired": norm_unpaired,
     "chat": _norm_chat,
     "preference": norm_preference,
 }
@@ -326,7 +262,7 @@ _NORMALIZERS = {
 def to_messages(record: dict[str, Any], fmt: Format) -> list[dict[str, str]]:
     """Chat messages of an instruction / prompt_completion / chat record.
 
-    Instruction and input are joined with a blank line into the user turn; an optional `system` field
+    Instruction and input (or context) are joined with a blank line into the user turn; an optional `system` field
     becomes a system turn.
     """
     if fmt == "instruction":
@@ -346,6 +282,8 @@ def to_messages(record: dict[str, Any], fmt: Format) -> list[dict[str, str]]:
         return [dict(m) for m in record["messages"]]
     if fmt == "preference":  # supervised training on a pair learns the chosen answer
         return [dict(m) for m in record["prompt"] + record["chosen"]]
+    if fmt == "unpaired":  # a labelled completion as written (only KTO trains on it: engine/data/build.py refuses the others)
+        return [dict(m) for m in record["prompt"] + record["completion"]]
     raise ValueError(f"to_messages needs a chat-like format, not {fmt!r}")
 
 
@@ -384,8 +322,15 @@ def apply_columns(
             if source in row:
                 new[target] = row[source]
         out.append((number, new))
-    fmt = mapping_format(mapping)
     sample = [row for _, row in out[:500]]
+    fmt = mapping_format(mapping) or _detect_format(sample)
+    if fmt is None:
+        raise no_format_error(name, found)
+    has = {k for row in sample for k in row}
+    if fmt == "prompt_completion" and {"chosen", "rejected"} <= has:  # prompt=question beside chosen/rejected: a pair's prompt
+        fmt = "preference"
+    elif fmt == "prompt_completion" and "label" in has:  # a label is never left unused (KTO's labelled completions)
+        fmt = "unpaired"
     if not any(all(k in row for k in keys) for row in sample for keys in FORMAT_KEYS[fmt]):
         need = " or ".join(" + ".join(keys) for keys in FORMAT_KEYS[fmt])
         raise DataError(key="error.data.mapping_incomplete", file=name, format=fmt, need=need,
@@ -401,12 +346,14 @@ def no_format_error(name: str, columns: list[str]) -> DataError:
 
 def ambiguity_note(rows: list[dict[str, Any]], chosen: str) -> Phrase | None:
     """A note when the columns fit several formats (the most structured one was used)."""
-    fits = [fmt for fmt, alts in FORMAT_KEYS.items() if any(all(k in r for k in keys) for r in rows[:500] for keys in alts)]
+    fits = [fmt for fmt, alts in FORMAT_KEYS.items() if any(all(k in r for k in keys) for r in rows[:500] for keys in alts)
+            and not (fmt == "prompt_completion" and chosen == "unpaired")]  # a labelled completion is never read without its label
     if len(fits) < 2:
         return None
     other = next(f for f in fits if f != chosen)
     example = {"text": "text=text", "instruction": "instruction=instruction, output=output", "prompt_completion": "prompt=prompt, completion=completion",
-               "chat": "messages=messages", "preference": "prompt=prompt, chosen=chosen, rejected=rejected"}[other]
+               "chat": "messages=messages", "preference": "prompt=prompt, chosen=chosen, rejected=rejected",
+               "unpaired": "prompt=prompt, completion=completion, label=label"}[other]
     return Phrase("text.note.ambiguous", formats=", ".join(fits), chosen=chosen, example=example)
 
 

@@ -1,11 +1,13 @@
 """The built-in preference pairs (`builtin:preferences`, samples/preferences.jsonl): prompt, chosen, rejected, in
-Portuguese and English, built from the other built-in samples so that a DPO or ORPO run has something to prefer.
+Portuguese and English, built from the other built-in samples so that a DPO or ORPO run has something to prefer; and
+the built-in labelled answers derived from them (`builtin:feedback`, samples/feedback.jsonl): prompt, completion,
+label, one answer per prompt marked good (true) or bad (false), the shape of a chat app's thumbs-up/down export, for KTO.
 
 Each rejected answer is a plausible mistake, not noise: for the date task (samples/dates.jsonl) the day and month
 swapped, the date left in its input format, or the separators wrong; for the instruction samples
 (samples/instructions.jsonl) the answer cut off half-way, or the answer to another question of the same language.
-Deterministic (fixed seed): `python -m engine.data.preference_sample` rewrites the file, and a test checks that the
-shipped file equals the generator's output.
+Deterministic (fixed seeds): `python -m engine.data.preference_sample` rewrites both files, and a test checks that the
+shipped files equal the generator's output.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from .files import SAMPLES_DIR
 
 FILE = "preferences.jsonl"
+FEEDBACK_FILE = "feedback.jsonl"
 N_DATES = 300  # of the 600 training dates (never the test split's): as many pairs as the instruction samples and more
 SEED = 27
 
@@ -74,14 +77,35 @@ def preference_pairs() -> list[dict[str, str]]:
     return out
 
 
-def write_preference_file(directory: Path = SAMPLES_DIR) -> Path:
-    """(Re)write samples/preferences.jsonl atomically; returns its path."""
-    path = Path(directory) / FILE
+def feedback_rows() -> list[dict[str, Any]]:
+    """The rows of samples/feedback.jsonl: of each pair, either its chosen answer labelled true or its rejected one
+    labelled false (a fair coin with a fixed seed), so each prompt has one answer, as in a feedback export; in the
+    pairs' order (dates and instructions alternate)."""
+    rng = random.Random(SEED + 1)
+    out = []
+    for pair in preference_pairs():
+        good = rng.random() < 0.5
+        out.append({"prompt": pair["prompt"], "completion": pair["chosen" if good else "rejected"], "label": good})
+    return out
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preference_pairs()), encoding="utf-8")
+    tmp.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in rows), encoding="utf-8")
     tmp.replace(path)
     return path
 
 
+def write_preference_file(directory: Path = SAMPLES_DIR) -> Path:
+    """(Re)write samples/preferences.jsonl atomically; returns its path."""
+    return _write(Path(directory) / FILE, preference_pairs())
+
+
+def write_feedback_file(directory: Path = SAMPLES_DIR) -> Path:
+    """(Re)write samples/feedback.jsonl atomically; returns its path."""
+    return _write(Path(directory) / FEEDBACK_FILE, feedback_rows())
+
+
 if __name__ == "__main__":
     print(write_preference_file())
+    print(write_feedback_file())

@@ -1,4 +1,4 @@
-"""What DPO, ORPO and GRPO add to a training step's memory, as lines of the estimate's breakdown.
+"""What DPO, ORPO, KTO and GRPO add to a training step's memory, as lines of the estimate's breakdown.
 
 The estimator (engine/estimator/memory.py) knows one model doing one supervised step. The preference and reward methods
 change three things, each counted here from the same arithmetic:
@@ -8,6 +8,8 @@ change three things, each counted here from the same arithmetic:
 - DPO compares with a frozen reference. A LoRA/QLoRA run keeps no second model (the reference is the starting model
   through a frozen copy of the adapter: the adapter's size again); a full run keeps a frozen copy of every weight
   (engine/training/preference.py). ORPO has no reference.
+- KTO reads one answer per row (a supervised step of the micro batch), then, without gradients, each row's mismatched
+  KL answer and the reference's view of both: no activations kept for them. Its reference is DPO's.
 - GRPO first writes `num_generations` answers per prompt, micro batch x accumulation answers at once (trl's generation
   batch): their KV cache and logits, over prompt + answer tokens, while only the static memory (weights, adapters,
   optimizer state) is alive; then it trains on those sequences (prompt + answer long). The peak is the larger phase.
@@ -46,10 +48,12 @@ def objective_line(est: MemoryEstimate, lang: str = "en") -> str:
 
 
 def estimate_objective(q: MemoryQuery, method: str, *, num_generations: int = 8, completion_len: int = 16) -> MemoryEstimate:
-    """The estimate of a `method` ("dpo" | "orpo" | "grpo") step for the supervised query `q` of the same weights (its
+    """The estimate of a `method` ("dpo" | "orpo" | "kto" | "grpo") step for the supervised query `q` of the same weights (its
     task: full, lora or qlora; batch = micro batch; seq_len = max_seq_len, the prompt's bound for GRPO)."""
     if method in ("dpo", "orpo"):
         return _pairs(q, method)
+    if method == "kto":
+        return _labelled(q)
     if method == "grpo":
         return _grpo(q, num_generations, completion_len)
     raise ValueError(f"not a preference or reward method: {method!r}")
@@ -69,8 +73,22 @@ def _pairs(q: MemoryQuery, method: str) -> MemoryEstimate:
     ref = 0.0
     if method == "dpo":
         # full: a frozen copy of the weights as loaded; LoRA/QLoRA: a frozen copy of the adapter only
-        ref = est.breakdown_gib["weights"] + est.breakdown_gib["quantization constants"] if q.task == "full" else est.breakdown_gib["trainable weights"]
+        ref = _reference(est, q)
         notes.append(Msg("estimator.note.reference_full" if q.task == "full" else "estimator.note.reference_adapter"))
+    return _with(est, {"reference model": ref}, allocated=est.allocated_gib + ref, total=est.total_gib + ref, notes=notes)
+
+
+def _reference(est: MemoryEstimate, q: MemoryQuery) -> float:
+    """DPO's and KTO's frozen reference: a copy of the weights as loaded (full), of the adapter only (LoRA/QLoRA)."""
+    if q.task == "full":
+        return est.breakdown_gib["weights"] + est.breakdown_gib["quantization constants"]
+    return est.breakdown_gib["trainable weights"]
+
+
+def _labelled(q: MemoryQuery) -> MemoryEstimate:
+    est = estimate(q)  # one answer per row with gradients; the KL answers and the reference run without them
+    ref = _reference(est, q)
+    notes = [Msg("estimator.note.kto"), Msg("estimator.note.reference_full" if q.task == "full" else "estimator.note.reference_adapter")]
     return _with(est, {"reference model": ref}, allocated=est.allocated_gib + ref, total=est.total_gib + ref, notes=notes)
 
 

@@ -22,7 +22,7 @@ from ..runs import EventLog
 
 log = logging.getLogger("engine.training.run")
 
-# What DPO, ORPO and GRPO optimise, as trl logs it -> the `progress` event's field (engine/views/run_charts.py plots
+# What DPO, ORPO, KTO and GRPO optimise, as trl logs it -> the `progress` event's field (engine/views/run_charts.py plots
 # them; TensorBoard gets trl's own names): the margin between the chosen and the rejected answers' implicit rewards and
 # how often the chosen one wins; GRPO's mean reward over the sampled answers, its spread and the answers' length.
 OBJECTIVE_METRICS = {
@@ -31,6 +31,7 @@ OBJECTIVE_METRICS = {
     "reward": "reward_mean",
     "reward_std": "reward_std",
     "completions/mean_length": "completion_len",
+    "kl": "kl",  # KTO's estimate of the KL between the model and its reference (its rewards are measured against it)
 }
 
 

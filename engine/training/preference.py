@@ -1,4 +1,4 @@
-"""DPO and ORPO: learning from preference pairs with trl's trainers (methods "dpo" and "orpo").
+"""DPO, ORPO and KTO: learning from preferences with trl's trainers (methods "dpo", "orpo" and "kto").
 
 The run's one training path (engine/training/run.py) loads the model, prepares its weights (LoRA, QLoRA or every
 weight: engine/training/adapters.py), builds the pairs (engine/data/pairs.py) and asks engine/training/trainer.py for a
@@ -11,9 +11,13 @@ TensorBoard) and atomic checkpoints mixed in, so stop, resume, zip, merge, GGUF 
   it: engine/estimator/memory.py).
 - ORPO (`trl.experimental.orpo.ORPOTrainer`, where trl 1.16 keeps it): no reference model; the loss is the chosen
   answer's cross-entropy plus beta x the odds-ratio term.
+- KTO (`trl.KTOTrainer`): one answer at a time, labelled good or bad; the reference as for DPO. Its loss compares each
+  answer's implicit reward with a KL estimate taken from mismatched answers of the same micro batch (so at least two
+  rows per micro batch, read in order: engine/data/pairs.py shuffles them once with the run's seed). Unequal numbers of
+  good and bad answers get trl's recommended loss weights (`kto_weights`).
 
-Both get the pairs already tokenized with the model's chat template (prompt_ids, chosen_ids, rejected_ids: exactly
-what the data check shows), so trl's own text preparation is skipped.
+All get their rows already tokenized with the model's chat template (prompt_ids with chosen_ids/rejected_ids, or with
+completion_ids and label: exactly what the data check shows), so trl's own text preparation is skipped.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ REF_ADAPTER = "ref"  # the frozen reference adapter trl's DPOTrainer adds to a P
 
 def preference_trainer(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, data: Any, callbacks: list, events: EventLog, *,
                        mixins: tuple[type, ...]) -> Any:
-    """The trl trainer of a DPO or ORPO run over `data` (engine/data/pairs.py `build_pair_data`), with the run's
+    """The trl trainer of a DPO, ORPO or KTO run over `data` (engine/data/pairs.py `build_pair_data`), with the run's
     TrainingArguments keywords `args`, its callbacks, and `mixins` (atomic checkpoints...) before trl's class."""
     from datasets import Dataset
 
@@ -37,6 +41,8 @@ def preference_trainer(cfg: TrainConfig, args: dict[str, Any], model: Any, token
     evals = Dataset.from_list(data.evals) if data.evals else None
     if cfg.method == "dpo":
         return _dpo(cfg, args, model, tokenizer, train, evals, callbacks, events, mixins)
+    if cfg.method == "kto":
+        return _kto(cfg, args, model, tokenizer, train, evals, callbacks, events, mixins)
     return _orpo(cfg, args, model, tokenizer, train, evals, callbacks, mixins)
 
 
@@ -69,6 +75,59 @@ def _dpo(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, tra
                callbacks=callbacks)
 
 
+class PretokenizedCompletions:
+    """Mixed into trl's KTOTrainer: the labelled answers come tokenized by engine/data/pairs.py, so of trl's preparation
+    only what KTO itself needs runs: each row's KL answer, the next-older answer of its micro batch (trl's rotation in
+    `KTOTrainer._prepare_dataset`, repeated here because that method would re-tokenize the text first)."""
+
+    def _prepare_dataset(self, dataset: Any, processing_class: Any, args: Any, dataset_name: str) -> Any:
+        if "prompt_ids" not in dataset.column_names:
+            return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
+        if not self.calculate_KL:
+            return dataset
+
+        def add_kl(batch: dict[str, list]) -> dict[str, list]:
+            batch["KL_completion_ids"] = [batch["completion_ids"][-1]] + batch["completion_ids"][:-1]
+            return batch
+
+        return dataset.map(add_kl, batched=True, batch_size=args.per_device_train_batch_size)
+
+
+def kto_weights(good: int, bad: int) -> tuple[float, float]:
+    """(desirable_weight, undesirable_weight) that put good x weight / (bad x weight) in [1, 4/3], the range of the
+    KTO paper's Eq. (8) that trl recommends: (1, 1) when the counts are near equal; otherwise the rarer side weighs more."""
+    good, bad = max(good, 1), max(bad, 1)
+    if good < bad:  # fewer good answers: weigh them up to balance
+        return round(bad / good, 3), 1.0
+    if good > bad * 4 / 3:  # many more good answers: weigh the bad ones up
+        return 1.0, round(good / bad * 3 / 4, 3)
+    return 1.0, 1.0
+
+
+def _kto(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, train: Any, evals: Any, callbacks: list, events: EventLog,
+         mixins: tuple[type, ...]) -> Any:
+    from trl import KTOConfig, KTOTrainer
+
+    from .adapters import is_peft
+
+    ref_model = None
+    if is_peft(model):
+        events.write("phase", phase="KTO reference: the starting model through a frozen copy of the adapter (no second model in memory)")
+    else:
+        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        events.write("phase", phase="KTO reference: a frozen copy of the starting model")
+    good = sum(1 for label in train["label"] if label)
+    good_weight, bad_weight = kto_weights(good, len(train) - good)
+    # in English like every phase; engine/views/run_log.py PHASES shows it in the page's language
+    events.write("phase", phase=f"KTO: {good} good and {len(train) - good} bad answers; loss weights {good_weight:g} and {bad_weight:g}")
+    # the rows are read in their (seeded, shuffled) order: each one's KL answer is its neighbour's in the micro batch
+    config = KTOConfig(**{**args, "train_sampling_strategy": "sequential"}, beta=cfg.beta, max_length=cfg.max_seq_len,
+                       precompute_ref_log_probs=False, dataset_num_proc=None, desirable_weight=good_weight, undesirable_weight=bad_weight)
+    cls = type("RunKTOTrainer", (*mixins, PretokenizedCompletions, KTOTrainer), {})
+    return cls(model=model, ref_model=ref_model, args=config, train_dataset=train, eval_dataset=evals, processing_class=tokenizer,
+               callbacks=callbacks)
+
+
 def _orpo(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, train: Any, evals: Any, callbacks: list,
           mixins: tuple[type, ...]) -> Any:
     from trl.experimental.orpo import ORPOConfig, ORPOTrainer
@@ -89,7 +148,7 @@ def _orpo(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, tr
 
 
 def drop_reference_adapter(model: Any) -> Any:
-    """`model` without DPO's frozen reference adapter (saved runs carry only the trained one)."""
+    """`model` without DPO's or KTO's frozen reference adapter (saved runs carry only the trained one)."""
     peft_config = getattr(model, "peft_config", None)
     if isinstance(peft_config, dict) and REF_ADAPTER in peft_config:
         model.delete_adapter(REF_ADAPTER)

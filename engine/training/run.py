@@ -41,7 +41,7 @@ from .trainer import RunTrainer, build_trainer
 
 log = logging.getLogger("engine.training.run")
 
-DATE_TASK_DATASETS = ("builtin:dates", "builtin:preferences")  # runs on these are scored on the date task before and after
+DATE_TASK_DATASETS = ("builtin:dates", "builtin:preferences", "builtin:feedback")  # runs on these are scored on the date task before and after
 
 
 # --------------------------------------------------------------------------------------------------

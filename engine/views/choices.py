@@ -17,6 +17,7 @@ BUILTIN_DATASETS = {
     "builtin:instructions": "finetune.dataset.instructions",
     "builtin:corpus": "finetune.dataset.corpus",
     "builtin:preferences": "finetune.dataset.preferences",
+    "builtin:feedback": "finetune.dataset.feedback",
 }
 
 

@@ -173,6 +173,8 @@ def style_of(fmt: str, rows: tuple[dict[str, Any], ...]) -> str:
         return "chat"
     if fmt == "preference":  # preference pairs (DPO/ORPO): the chosen answer is the one the model is taught
         answers = [" ".join(m.get("content", "") for m in r.get("chosen", [])) for r in rows]
+    elif fmt == "unpaired":  # labelled answers (KTO): the ones marked good are what the model is taught
+        answers = [" ".join(m.get("content", "") for m in r.get("completion", [])) for r in rows if r.get("label")]
     else:
         answers = [str(r.get("output") if fmt == "instruction" else r.get("completion") or "") for r in rows]
     words = [len(a.split()) for a in answers if a.strip()]
@@ -188,7 +190,7 @@ def prompt_of(fmt: str, row: dict[str, Any]) -> str:
         text = f"{text}\n\n{extra}" if extra else text
     elif fmt == "prompt_completion":
         text = str(row.get("prompt") or "")
-    elif fmt in ("chat", "preference"):
+    elif fmt in ("chat", "preference", "unpaired"):
         turns = row.get("messages" if fmt == "chat" else "prompt", [])
         text = next((str(m.get("content") or "") for m in turns if m.get("role") == "user"), "")
     else:

@@ -25,7 +25,7 @@ PLOT_COLUMNS = ["step", "y", "loss", "kind"]  # y: what is drawn (the loss, or i
 N_RIGHT, N_WRONG = 2, 3  # answers shown under the accuracy bars
 # What DPO/ORPO and GRPO optimise, from the progress events (engine/training/callbacks.py OBJECTIVE_METRICS), per method:
 # the second plot of a run of these methods (its y values are on a scale of their own, not the loss's).
-OBJECTIVE_PLOTS = {"dpo": ("reward_margin", "pref_accuracy"), "orpo": ("reward_margin", "pref_accuracy"),
+OBJECTIVE_PLOTS = {"dpo": ("reward_margin", "pref_accuracy"), "orpo": ("reward_margin", "pref_accuracy"), "kto": ("reward_margin", "kl"),
                    "grpo": ("reward_mean", "reward_std", "completion_len")}
 OBJECTIVE_COLUMNS = ["step", "value", "metric"]
 

@@ -75,6 +75,8 @@ PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^merging the adapter of (?P<what>.+) into its base"), "finetune.phase.merging_adapter"),
     (re.compile(r"^loss (?P<loss>[\d.]+) reached the stop-at-loss threshold (?P<threshold>[\d.]+)"), "finetune.phase.stop_at_loss"),
     (re.compile(r"^early stopping"), "finetune.phase.early_stop"),
+    (re.compile(r"^KTO: (?P<good>\d+) good and (?P<bad>\d+) bad answers; loss weights (?P<good_weight>[\d.]+) and (?P<bad_weight>[\d.]+)$"),
+     "preference.msg.kto_weights"),
 ]
 
 
@@ -115,7 +117,7 @@ def progress_line(ev: dict[str, Any], lang: str = "en", *, pretraining: bool = F
 
 
 def objective_parts(ev: dict[str, Any], lang: str = "en") -> list[str]:
-    """What DPO/ORPO (reward margin, preference accuracy) and GRPO (mean reward ± spread, answer length) optimise, from a
+    """What DPO/ORPO/KTO (reward margin, preference accuracy, KTO's KL estimate) and GRPO (mean reward ± spread, answer length) optimise, from a
     progress event (engine/training/callbacks.py OBJECTIVE_METRICS); [] for the other methods."""
     parts = []
     if ev.get("reward_margin") is not None:
@@ -126,6 +128,8 @@ def objective_parts(ev: dict[str, Any], lang: str = "en") -> list[str]:
         parts.append(t("preference.log.reward", lang, reward=fmt_plain(ev["reward_mean"], lang), std=fmt_plain(ev.get("reward_std") or 0.0, lang)))
     if ev.get("completion_len") is not None:
         parts.append(t("preference.log.length", lang, n=fmt_number(round(ev["completion_len"], 1), lang, 1)))
+    if ev.get("kl") is not None:  # KTO's KL estimate (policy vs reference)
+        parts.append(t("preference.log.kl", lang, kl=fmt_plain(ev["kl"], lang)))
     return parts
 
 

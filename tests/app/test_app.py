@@ -66,10 +66,11 @@ def test_bad_estimator_input_is_a_message_not_a_crash(client):
 
 @pytest.mark.parametrize(("method", "dataset", "extra"), [
     ("dpo", "", {}),  # preference pairs uploaded through the form (below)
+    ("kto", "", {}),  # answers labelled good or bad (a thumbs-up/down export) uploaded through the form
     ("grpo", "builtin:instructions", {"num_generations": 4, "max_completion_length": 8, "reward": "format"}),
 ])
 def test_objective_methods_start_from_the_page_and_finish(client, runs_dir, tmp_path, method, dataset, extra):
-    """DPO and GRPO started exactly as the form's Start does (its API, its field order), as a real subprocess."""
+    """DPO, KTO and GRPO started exactly as the form's Start does (its API, its field order), as a real subprocess."""
     from conftest import write_jsonl
 
     from engine.training.jobs import JobManager
@@ -78,6 +79,10 @@ def test_objective_methods_start_from_the_page_and_finish(client, runs_dir, tmp_
     upload = None
     if method == "dpo":  # preference pairs as an upload, as a person would bring them
         upload = handle_file(str(write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": f"Say yes {i}", "chosen": "yes", "rejected": "no"} for i in range(12)])))
+        dataset = ""
+    if method == "kto":
+        rows = [{"prompt": f"Say yes {i}", "completion": "yes" if i % 2 else "no", "label": "👍" if i % 2 else "👎"} for i in range(12)]
+        upload = handle_file(str(write_jsonl(tmp_path / "feedback.jsonl", rows)))
         dataset = ""
     name = f"ui-{method}"
     values = _defaults(TrainConfig, FT_NAMES, {"method": method, "tuning": "lora", "dataset": dataset, "max_steps": 2, "save_steps": 2,
@@ -133,7 +138,7 @@ def test_upload_of_a_bad_file_is_a_clear_error(client, tmp_path, runs_dir):
 
 
 @pytest.mark.parametrize("override,fragment", [({"learning_rate": -1}, "learning_rate"), ({"base_model": "/etc/passwd"}, "server paths"),
-                                                ({"method": "kto"}, "kto.*qlora")])
+                                                ({"method": "ppo"}, "ppo.*qlora")])
 def test_bad_form_values_get_messages(client, override, fragment):
     values = _defaults(TrainConfig, FT_NAMES, override)
     with pytest.raises(Exception, match=fragment):

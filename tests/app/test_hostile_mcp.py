@@ -73,7 +73,7 @@ def test_mcp_offers_run_control_with_enums_for_the_choices(m):
     tools, _ = mcp(m)
     assert {"estimate_memory", "list_runs", "training_status", "generate", "start_training", "stop_training"} <= set(tools)
     assert set(tools["estimate_memory"].inputSchema["properties"]["task"]["enum"]) == {"inference", "full", "lora", "qlora"}
-    assert set(tools["start_training"].inputSchema["properties"]["method"]["enum"]) == {"qlora", "lora", "full", "scratch", "distill", "dpo", "orpo", "grpo"}
+    assert set(tools["start_training"].inputSchema["properties"]["method"]["enum"]) == {"qlora", "lora", "full", "scratch", "distill", "dpo", "orpo", "kto", "grpo"}
     assert "owner_key" in tools["stop_training"].inputSchema["properties"]
 
 

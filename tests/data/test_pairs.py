@@ -45,7 +45,7 @@ def test_broken_pairs_are_dropped_with_a_reason(tmp_path):
     rs = load_records(str(write_jsonl(tmp_path / "b.jsonl", rows)))
     reasons = dict(rs.dropped)
     assert len(rs) == 1 and set(reasons) == {2, 3, 4, 5}
-    assert "chosen" in reasons[2] and "same answer" in reasons[3] and "prompt" in reasons[4] and "no prompt" in reasons[5]
+    assert "chosen" in reasons[2] and "same answer" in reasons[3] and "no prompt" in reasons[4] and "no prompt" in reasons[5]
 
 
 def test_column_mapping_makes_pairs(tmp_path):
@@ -124,3 +124,57 @@ def test_the_data_check_shows_a_pair_as_the_model_reads_it():
     assert "pares de preferência" in ins.summary and ins.histogram and not ins.dropped
     grpo = inspect_pairs(TrainConfig(method="grpo", dataset="builtin:dates"), load_records("builtin:dates"), tok, "t")
     assert grpo.preview[0]["text"].endswith("→ 2022-07-11") and "prompts" in grpo.summary
+
+
+def test_kto_rows_are_labelled_answers_rendered_as_supervised_training_renders_them(tmp_path):
+    from engine.data.pairs import encode_completion
+
+    tok = corpus_tokenizer()
+    data = build_pair_data(TrainConfig(method="kto", dataset="builtin:feedback", eval_fraction=0.1), tok, 256)
+    assert set(data.train[0]) == {"prompt_ids", "completion_ids", "label"} and len(data.train) + len(data.evals) == 494
+    assert data.report["good"] + data.report["bad"] == len(data.train) and data.report["kind"] == "labelled"
+    # the rows are shuffled once with the seed (trl reads them in order): not the file's date/instruction alternation
+    again = build_pair_data(TrainConfig(method="kto", dataset="builtin:feedback", eval_fraction=0.1), tok, 256)
+    assert [e["completion_ids"] for e in again.train] == [e["completion_ids"] for e in data.train]
+    record = load_records("builtin:feedback").records[0]
+    e = encode_completion(record, tok, 256)
+    full = tok.apply_chat_template(to_messages(record, "unpaired"), tokenize=True, return_dict=True)["input_ids"]
+    assert e["prompt_ids"] + e["completion_ids"] == list(full) and e["label"] is True
+    # preference pairs are unpaired: a good and a bad answer each
+    pairs = build_pair_data(TrainConfig(method="kto", dataset="builtin:preferences", eval_fraction=0.0), tok, 256)
+    assert len(pairs.train) == 988 and pairs.report["good"] == pairs.report["bad"] == 494
+
+
+def test_kto_data_check_and_refusals_in_both_languages(tmp_path):
+    tok = corpus_tokenizer()
+    cfg = TrainConfig(method="kto", dataset="builtin:feedback", max_seq_len=256)
+    ins = inspect_pairs(cfg, load_records("builtin:feedback"), tok, "o tokenizador", lang="pt-BR")
+    assert "respostas rotuladas" in ins.summary and "👍" in ins.summary
+    assert ins.preview[0]["text"].endswith("\n👍 2022-07-11<|end|>") or "\n👍 2022-07-11" in ins.preview[0]["text"]
+    with pytest.raises(DataError) as err:
+        build_pair_data(TrainConfig(method="kto", dataset="builtin:dates"), tok, 128)
+    assert err.value.key == "preference.msg.needs_labelled" and "builtin:feedback" in err.value.render("pt-BR")
+    only_good = write_jsonl(tmp_path / "good.jsonl", [{"prompt": f"q{i}", "completion": "a", "label": True} for i in range(4)])
+    with pytest.raises(DataError) as err:
+        build_pair_data(TrainConfig(method="kto", dataset=str(only_good)), tok, 128)
+    assert err.value.key == "preference.msg.one_label"
+    with pytest.raises(DataError) as err:  # a DPO run on labelled answers is offered KTO
+        inspect_pairs(TrainConfig(method="dpo", dataset="builtin:feedback"), load_records("builtin:feedback"), tok, "t")
+    assert "kto" in err.value.render("en")
+
+
+def test_dropped_pairs_in_the_data_check_speak_the_visitors_language(tmp_path):
+    tok = corpus_tokenizer()
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "b"}, {"prompt": "x " * 300, "chosen": "a", "rejected": "b"}])
+    ins = inspect_pairs(TrainConfig(method="dpo", dataset=str(path), max_seq_len=64), load_records(str(path)), tok, "t", lang="pt-BR")
+    assert ins.dropped and "só o prompt já ocupa" in ins.dropped[0][1] and "só o prompt" in ins.summary
+
+
+def test_kto_loss_weights_follow_trls_recommended_range():
+    from engine.training.preference import kto_weights
+
+    assert kto_weights(50, 50) == (1.0, 1.0) and kto_weights(60, 50) == (1.0, 1.0)
+    good_w, bad_w = kto_weights(10, 40)  # few good answers weigh more
+    assert 1 <= good_w * 10 / (bad_w * 40) <= 4 / 3
+    good_w, bad_w = kto_weights(90, 10)  # few bad answers weigh more
+    assert 1 <= good_w * 90 / (bad_w * 10) <= 4 / 3 + 1e-9

@@ -38,6 +38,18 @@ def test_dpo_lines_reference_and_pairs():
     assert objective_line(full).startswith("reference model 0.") and objective_line(orpo) == ""
 
 
+def test_kto_lines_reference_and_one_answer_per_row():
+    sft = estimate(q())
+    full = estimate_objective(q(), "kto")
+    assert full.breakdown_gib["reference model"] == pytest.approx(sft.breakdown_gib["weights"])  # DPO's reference
+    assert full.allocated_gib == pytest.approx(sft.allocated_gib + sft.breakdown_gib["weights"])  # the KL answers run without gradients
+    lora = estimate_objective(q(task="lora", weight_precision="bf16", training_precision="amp-bf16"), "kto")
+    assert 0 < lora.breakdown_gib["reference model"] == pytest.approx(lora.breakdown_gib["trainable weights"])
+    assert any("KTO" in str(n) for n in full.notes)
+    cfg = TrainConfig(method="kto", tuning="full", base_model="builtin:compact-mini", micro_batch_size=4, max_seq_len=64)
+    assert estimate_train(cfg, "fp32", on_cpu=True).breakdown_gib["reference model"] > 0
+
+
 def test_grpo_line_counts_a_generation_batch_of_answers():
     e = estimate_objective(q(batch=8, grad_accum=2), "grpo", num_generations=4, completion_len=16)
     kv = 2 * 2 * 64 * 4 * 16 * (32 + 16)  # K and V x layers x kv dim x fp32 bytes x 16 answers x prompt + answer tokens

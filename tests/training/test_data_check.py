@@ -37,3 +37,26 @@ def test_the_report_in_portuguese(tmp_path):
     assert "Formato **instruction** de d.jsonl · 1/2 linhas mantidas" in ins.summary and "descartadas em 32 tokens" in ins.summary
     assert "loss sobre só as respostas" in ins.summary and "tokenizador de builtin:compact-mini" in ins.summary
     assert "passos por época" in ins.summary and "Avaliação: 10% das linhas separadas." in ins.summary
+
+
+def test_the_check_names_unused_columns_and_the_split_in_the_visitors_language(tmp_path):
+    """The "Check the data" button on a Dolly-style file and on HH-style pairs: every column used or named, in Portuguese."""
+    import pytest
+
+    from engine.errors import DataError
+    from engine.training.data_check import inspect_dataset
+
+    dolly = write_jsonl(tmp_path / "dolly.jsonl", [{"instruction": "Quando?", "context": "Fundado em 1902.", "response": "Em 1902.", "category": "qa"}] * 3)
+    ins = inspect_dataset(TrainConfig(method="full", dataset=str(dolly), eval_fraction=0.0), tmp_path / "runs", lang="pt-BR")
+    assert "Colunas não usadas: 'category'" in ins.summary and "input=category" in ins.summary
+    assert "Fundado em 1902." in ins.preview[0]["text"] and "⟦Em 1902." in ins.preview[0]["text"]
+    hh = [{"chosen": f"\n\nHuman: Capital {i}?\n\nAssistant: Lisboa.", "rejected": f"\n\nHuman: Capital {i}?\n\nAssistant: Porto."} for i in range(3)]
+    cfg = TrainConfig(method="dpo", dataset=str(write_jsonl(tmp_path / "hh.jsonl", hh)), max_seq_len=128)
+    ins = inspect_dataset(cfg, tmp_path / "runs", lang="pt-BR")
+    assert "3 pares não têm coluna 'prompt'" in ins.summary and "Capital 0?" in ins.summary and "✓ Lisboa." in ins.preview[0]["text"]
+    labelled = write_jsonl(tmp_path / "fb.jsonl", [{"prompt": "q", "completion": "a", "label": i % 2 == 0} for i in range(4)])
+    with pytest.raises(DataError) as err:  # SFT on thumbs-up/down data: refused, the label column named, KTO offered
+        inspect_dataset(TrainConfig(method="full", dataset=str(labelled)), tmp_path / "runs", lang="pt-BR")
+    assert "'label'" in err.value.render("pt-BR") and "kto" in err.value.render("pt-BR")
+    ins = inspect_dataset(TrainConfig(method="kto", dataset=str(labelled), max_seq_len=64), tmp_path / "runs", lang="pt-BR")
+    assert "4 respostas rotuladas" in ins.summary and "👎" in ins.preview[1]["text"]

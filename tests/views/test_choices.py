@@ -43,7 +43,8 @@ def test_adapters_come_from_finished_runs_that_saved_one(tmp_path):
 
 def test_placements_and_builtin_datasets():
     assert PLACEMENTS == {"one device": None, "auto (offload to CPU/disk)": "auto"}
-    assert list(BUILTIN_DATASETS) == ["builtin:dates", "builtin:instructions", "builtin:corpus", "builtin:preferences"]  # the Evaluate tab's order
+    assert list(BUILTIN_DATASETS) == ["builtin:dates", "builtin:instructions", "builtin:corpus", "builtin:preferences",
+                                     "builtin:feedback"]  # the Evaluate tab's order
 
 
 def test_playground_lists_are_the_models_twice_then_the_adapters(tmp_path):

@@ -46,12 +46,13 @@ def test_log_lines_carry_the_metrics():
 def test_method_fields_are_shown_only_for_their_methods():
     assert set(OBJECTIVE_ONLY) <= set(FT_TRAIN)
     assert visible_fields("grpo")["reward"] and not visible_fields("dpo")["reward"] and visible_fields("dpo")["beta"]
+    assert visible_fields("kto")["beta"] and visible_fields("kto")["tuning"] and not visible_fields("kto")["reward"]
     assert not any(visible_fields("lora")[n] for n in OBJECTIVE_ONLY) and all(visible_fields("distill")[n] for n in DISTILL_ONLY)
     assert method_values("lora") == {}
 
 
 def test_the_measured_method_defaults_make_valid_configs():
-    for method in ("dpo", "orpo", "grpo"):
+    for method in ("dpo", "orpo", "kto", "grpo"):
         values = method_values(method)
         cfg = from_flat(TrainConfig, {"method": method, "base_model": "run:sft", **values})
         assert cfg.weights == values["tuning"] and cfg.dataset == METHOD_DEFAULTS[method]["dataset"]
