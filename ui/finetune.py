@@ -51,9 +51,11 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     # picking dpo/orpo/grpo fills in the settings measured for it (engine/views/finetune_form.py METHOD_DEFAULTS)
     measured = sorted({n for values in finetune_form.METHOD_DEFAULTS.values() for n in values})
 
-    def on_method_shown(method):  # also when a preset or the estimator's handoff sets the method
+    form["method"].info = T(f"method_help.{finetune_form.FT_DEFAULTS['method']}")  # the picked method's line (what it needs, does)
+
+    def on_method_shown(method, request: gr.Request):  # also when a preset or the estimator's handoff sets the method
         visible = finetune_form.visible_fields(method)
-        return [gr.update(visible=visible[n]) for n in shown]
+        return [gr.update(info=finetune_form.method_help(method, lang_of(request))), *[gr.update(visible=visible[n]) for n in shown]]
 
     def on_method_picked(method):  # a person picked it: the measured settings of dpo/orpo/grpo
         values = finetune_form.method_values(method)
@@ -89,7 +91,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
                                                                                            api_visibility="private")
     view.log_scale.input(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     view.smoothing.release(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
-    form["method"].change(on_method_shown, [form["method"]], method_only, **QUIET, api_visibility="private")
+    form["method"].change(on_method_shown, [form["method"]], [form["method"], *method_only], **QUIET, api_visibility="private")
     form["method"].input(on_method_picked, [form["method"]], [form[n] for n in measured], **QUIET, api_visibility="private")
     # offline: a Hub base model shows the way to the built-in one (the prediction above says why)
     form["base_model"].change(lambda m: gr.update(visible=offline.needs_internet_now(m)), [form["base_model"]], [f.use_builtin], **QUIET,

@@ -69,6 +69,11 @@ def visible_fields(method: str) -> dict[str, bool]:
     return shown
 
 
+def method_help(method: str, lang: str = "en") -> str:
+    """The line under the Method field for the method picked: what it does and what data it needs, in `lang`."""
+    return t(f"method_help.{method}", lang) if method in TrainConfig.__dataclass_fields__["method"].metadata.get("choices_help", {}) else ""
+
+
 def method_values(method: str) -> dict[str, Any]:
     """The values the form sets when a person picks `method`: METHOD_DEFAULTS for dpo/orpo/grpo (the measured settings),
     nothing for the others (their form defaults stay)."""
