@@ -37,7 +37,7 @@ from .offline import marked, online_now
 # default stays off, so the CLI and the JSONL queries keep their meaning).
 DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 FORM_DEFAULTS: dict[str, Any] = {"grad_ckpt": True}
-VERDICT_ICONS = {"fits": "✅", "tight": "⚠️", "no": "❌"}
+VERDICT_ICONS = {"fits": "✔", "tight": "⚠", "no": "✖"}
 CUDA_CONTEXT = "CUDA context"
 # Terms said in CPU words on a CPU tier (estimator_cpu.* in the language files): no CUDA context, no nvidia-smi there.
 CPU_TERMS = {CUDA_CONTEXT: "runtime", "fragmentation": "fragmentation"}

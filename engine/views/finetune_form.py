@@ -148,7 +148,7 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str 
     # on a GPU what must stay resident decides (paged optimizer state pages out to CPU RAM: slower, not out of memory)
     need = est.resident_gib if device.kind == "cuda" else est.allocated_gib
     verdict = fit_verdict(need, device.total_gib)
-    word = {"fits": "✅ ", "tight": "⚠ ", "no": "❌ "}[verdict] + t(f"finetune.predict.verdict.{verdict}", lang)
+    word = {"fits": "✔ ", "tight": "⚠ ", "no": "✖ "}[verdict] + t(f"finetune.predict.verdict.{verdict}", lang)
     gib = {"pred": fmt_number(round(est.allocated_gib, 2), lang), "total": fmt_number(round(est.total_gib, 2), lang)}
     line = t("finetune.predict.gpu" if device.kind == "cuda" else "finetune.predict.cpu", lang, **gib)
     where = t("finetune.predict.device", lang, device=device.name, kind=device.kind, gib=fmt_number(round(device.total_gib, 1), lang, 1), word=word)

@@ -129,7 +129,7 @@ def task_html(events: Iterable[dict[str, Any]], lang: str = "en") -> str:
     latest = scores.get("after") or scores.get("before") or next(iter(scores.values()))
     cell = "padding:4px 6px;vertical-align:top"
     rows = "".join(
-        f"<tr><td style='{cell}'>{'✅' if ok else '❌'} {html.escape(prompt)}</td>"
+        f"<tr><td style='{cell}'>{'✔' if ok else '✖'} {html.escape(prompt)}</td>"
         f"<td style='{cell};white-space:nowrap'><code>{html.escape(expected)}</code></td>"
         f"<td style='{cell};white-space:nowrap'><code>{html.escape(got.strip()[:40]) or '∅'}</code></td></tr>"
         for ok, prompt, expected, got in task_examples(latest))

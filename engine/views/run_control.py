@@ -136,7 +136,7 @@ def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, 
     url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private), use_env_token=False, runs_dir=jobs.runs_dir,
                    gguf=gguf)
     key = "finetune.control.pushed_gguf" if gguf else "finetune.control.pushed"
-    return "✅ " + t(key, lang, what=t(f"finetune.push.what.{what}", lang), name=name, gguf=gguf or "", url=url)
+    return "✔ " + t(key, lang, what=t(f"finetune.push.what.{what}", lang), name=name, gguf=gguf or "", url=url)
 
 
 def push_default(jobs: JobManager, name: str | None) -> str | None:

@@ -141,15 +141,15 @@ def merge_status_md(jobs: JobManager, name: str | None, lang: str = "en") -> str
     except EngineError:
         return ""
     if not events:  # none yet: the merge process may still be starting
-        return "🔀 " + t("finetune.merge.starting", lang) if jobs.active_merge() == name else ""
+        return "⋈ " + t("finetune.merge.starting", lang) if jobs.active_merge() == name else ""
     last = events[-1]
     if last.get("type") == "merge_done":
-        return "🔀 " + t("finetune.merge.done", lang, took=fmt_duration(last.get("seconds")), device=last.get("device", "?"), name=name)
+        return "⋈ " + t("finetune.merge.done", lang, took=fmt_duration(last.get("seconds")), device=last.get("device", "?"), name=name)
     if last.get("type") == "merge_error":
-        return "🔀 " + t("finetune.merge.failed", lang, message=render_record(last.get("i18n"), last.get("message", ""), lang))
+        return "⋈ " + t("finetune.merge.failed", lang, message=render_record(last.get("i18n"), last.get("message", ""), lang))
     if jobs.active_merge() == name:
-        return "🔀 " + t("finetune.merge.running", lang, reason=for_people(from_json(last.get("reason_i18n")) or last.get("reason", ""), lang))
-    return "🔀 " + t("finetune.merge.gone", lang)
+        return "⋈ " + t("finetune.merge.running", lang, reason=for_people(from_json(last.get("reason_i18n")) or last.get("reason", ""), lang))
+    return "⋈ " + t("finetune.merge.gone", lang)
 
 
 def status_md(s: RunSummary, lang: str = "en") -> str:

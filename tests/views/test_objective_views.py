@@ -34,7 +34,7 @@ def test_log_lines_carry_the_metrics():
     assert "margin 0.5" in event_line(DPO_EVENTS[1]) and "chosen wins 88%" in event_line(DPO_EVENTS[1])
     assert "recompensa 0,4 ± 0,3" in event_line(GRPO_EVENTS[0], "pt-BR") and "respostas de 11 tokens" in event_line(GRPO_EVENTS[0], "pt-BR")
     line = event_line(GRPO_EVENTS[1])
-    assert line.startswith("🎲") and "+1.00 «2023-09-05» (expected «2023-09-05»)" in line
+    assert line.startswith("⚄") and "+1.00 «2023-09-05» (expected «2023-09-05»)" in line
     assert "margin" not in event_line({"type": "progress", "step": 1, "loss": 1.0})
 
 
