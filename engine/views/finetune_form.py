@@ -164,11 +164,25 @@ def prediction_or_warning(config: Callable[[], TrainConfig], runs_dir: Path | No
     as a warning line instead, in `lang`: the prediction updates as the form changes and never raises."""
     try:
         cfg = config()
-        text = memory_prediction(cfg, runs_dir, lang)[0]
+        refused = space_refusal(cfg, runs_dir)  # a Space's limit refuses it at Start: said now, instead of "fits"
+        text = f"⚠ {t('space_predict.refused', lang, reason=refused.render(lang))}" if refused else memory_prediction(cfg, runs_dir, lang)[0]
     except EngineError as exc:
         return f"⚠ {exc.render(lang)}"
     notes = [offline_note(ref, lang) for ref in models_to_download(cfg)]  # offline: said before Start, with the alternative
     return "\n\n".join([*filter(None, notes), text])
+
+
+def space_refusal(cfg: TrainConfig, runs_dir: Path | None) -> EngineError | None:
+    """On a Space in demo mode, the limit (steps, epochs, sequence length, model size: engine/space.py) that Start would
+    refuse this config with; None when it is within them, and always outside demo mode."""
+    from .. import space
+    from ..refs import default_runs_dir
+
+    try:
+        space.check_train_config(cfg, Path(runs_dir or default_runs_dir()))
+    except EngineError as exc:
+        return exc
+    return None
 
 
 def models_to_download(cfg: TrainConfig) -> list[str]:

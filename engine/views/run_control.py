@@ -29,7 +29,10 @@ def stop_run(jobs: JobManager, name: str | None, owner: str | None, lang: str = 
     exited `jobs.stop_grace_s` seconds later (a run hung in a download, tokenizing or saving); the message to show."""
     name = _require(name, "no_run")
     jobs.check_control(name, owner, "stop")
+    queued = jobs.status(name).state == "queued"
     jobs.stop(name, wait=False)
+    if queued:  # it leaves the waiting line before it started: no process to wait for, nothing trained, nothing saved
+        return t("waiting_line.left", lang, name=name)
     threading.Thread(target=stop_or_kill, args=(jobs, name), name=f"stop-{name}", daemon=True).start()
     return t("finetune.control.stopping", lang, name=name)
 
