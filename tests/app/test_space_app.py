@@ -116,8 +116,8 @@ def test_a_second_visitor_waits_in_line_then_starts(space_app):
     assert jobs.status("visitor-b").state == "running"
     # its memory prediction is recorded beside the measured peak (the estimator's gate takes no server path on a Space:
     # the run names its model by reference), so the run's memory line has a number, not "—"
-    events = runs / "visitor-b" / "events.jsonl"
-    while time.time() < deadline and '"type": "memory"' not in events.read_text():
+    events, deadline = runs / "visitor-b" / "events.jsonl", time.time() + 180
+    while time.time() < deadline and not (events.exists() and '"type": "memory"' in events.read_text()):
         time.sleep(0.5)
     memory = [json.loads(line) for line in events.read_text().splitlines() if '"type": "memory"' in line]
     assert memory and memory[0]["predicted_gib"] > 0
