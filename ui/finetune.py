@@ -64,7 +64,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     # carries, which a 2-core laptop takes from the training (bench/watch_cost.py)
     timer = gr.Timer(2.0)
     fh, rh = form_handlers(jobs, upload_dir, allow_local_models, list(form)), run_handlers(jobs)
-    run_buttons = [act.try_btn, act.resume, act.retry, act.delete]
+    run_buttons = [act.try_btn, act.resume, act.retry, act.delete, exp.merge_btn]  # merge: a finished LoRA/QLoRA run only
     poll_inputs, poll_outputs = [watched, run_pick, view.log_scale, view.smoothing], [*view.outputs, history, details, *run_buttons]
 
     seen = gr.State(None)  # what this browser was last sent (refresh.changed_parts)

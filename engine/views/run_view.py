@@ -111,6 +111,18 @@ def run_buttons(jobs: JobManager, name: str | None) -> tuple[bool, bool, bool, b
     return can_try(s), s.resumable or s.restartable, s.state == "failed" and s.error_kind == "oom", s.state != "running"
 
 
+def merge_applies(jobs: JobManager, name: str | None) -> bool:
+    """Merge the adapter applies to the picked run: a finished run that saved a LoRA/QLoRA adapter (a full or
+    from-scratch run is already a whole model, and an unfinished one has no final adapter), so it is offered only then."""
+    if not name:
+        return False
+    try:
+        s = jobs.status(name)
+    except EngineError:
+        return False
+    return s.state == "finished" and s.output == "adapter" and (s.path / "adapter").is_dir()
+
+
 def watched_outputs(jobs: JobManager, name: str | None, lang: str = "en", *, log_scale: bool = False,
                     smoothing: float = 0.0) -> WatchedRun | None:
     """What the timer refreshes for the watched run, in `lang`; None when no run is watched or it cannot be read (the

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from engine.errors import JobError
 from engine.runs import RunSummary
 from engine.views.run_history import history_table
-from engine.views.run_view import can_try, loss_frame, opening_run, progress_html, run_buttons, run_choices, status_md, watched_outputs
+from engine.views.run_view import can_try, loss_frame, merge_applies, opening_run, progress_html, run_buttons, run_choices, status_md, watched_outputs
 
 
 def _run(**kw) -> RunSummary:
@@ -106,6 +106,9 @@ def test_the_picked_runs_buttons_are_the_ones_that_apply(tmp_path):
     assert run_buttons(jobs, "oom") == (False, True, True, True)
     assert run_buttons(jobs, "nan") == (False, True, False, True)  # a smaller batch does not help a diverged loss
     assert run_buttons(jobs, "no-ckpt") == (False, True, False, True)  # Resume starts it again (the status says so)
+    # Merge the adapter: offered for a finished adapter run only, never for a full run (then refused) or a running one
+    runs["full"] = _run(path=tmp_path, state="finished", output="model")
+    assert [merge_applies(jobs, n) for n in ("done", "full", "going", "stopped", None, "gone")] == [True, False, False, False, False, False]
     assert run_buttons(jobs, None) == run_buttons(jobs, "gone") == (False, False, False, False)
 
 
