@@ -45,7 +45,7 @@ def test_estimator_api(client):
     rows = breakdown["data"] if isinstance(breakdown, dict) else breakdown
     assert any("weights" in str(r[0]).lower() for r in rows)
     tier_rows = tiers["data"] if isinstance(tiers, dict) else tiers
-    assert all(r[3].split(" ", 1)[-1] in ("fits", "tight", "does not fit") for r in tier_rows)
+    assert all(r[3].split(" ", 1)[-1].split(" · ")[0] in ("fits", "tight", "does not fit") for r in tier_rows)  # CPU cards: + time a step
     assert "Memory per card" in bars and "NVIDIA T4 · 16 GB" in bars and "Where the memory goes" in chart
     assert "nothing to change" in limits and "to spare" in limits
 
@@ -56,7 +56,7 @@ def test_estimator_speaks_the_visitors_language(client):
     totals, _chart, _breakdown, tiers, limits, _fit, _runs_md, _runs_plot, bars = out
     assert "alocados pelo PyTorch" in totals and "Já cabe na NVIDIA T4" in limits and "Memória por placa" in bars
     tier_rows = tiers["data"] if isinstance(tiers, dict) else tiers
-    assert {r[3].split(" ", 1)[-1] for r in tier_rows} <= {"cabe", "no limite", "não cabe"}
+    assert {r[3].split(" ", 1)[-1].split(" · ")[0] for r in tier_rows} <= {"cabe", "no limite", "não cabe"}
 
 
 def test_bad_estimator_input_is_a_message_not_a_crash(client):
