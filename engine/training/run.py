@@ -29,10 +29,10 @@ from ..data.packing import packed_row_multiple
 from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
 from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, precision_reason, reset_peak
-from ..objectives import OBJECTIVE_METHODS, PREFERENCE_METHODS
-from ..sharing import is_shared
 from ..models.references import architecture_ref
+from ..objectives import OBJECTIVE_METHODS, PREFERENCE_METHODS
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
+from ..sharing import is_shared
 from .adapters import prepare_for_method
 from .autocast_4bit import autocast_4bit_outputs
 from .builtin import ensure_builtin
