@@ -70,13 +70,14 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     seen = gr.State(None)  # what this browser was last sent (refresh.changed_parts)
     # a refresh at once, which also wakes the timer while the run trains or merges (see on_tick)
     wake = {"fn": rh.on_tick, "inputs": [*poll_inputs, seen], "outputs": [*poll_outputs, seen, timer], **QUIET, "api_visibility": "private"}
-    f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", **JOBS).then(**wake)
+    # "minimal": a refused Start is said in a toast; gradio's full status would cover the Run picker with a big "Error"
+    f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", show_progress="minimal", **JOBS).then(**wake)
     f.stop.click(rh.on_stop, [watched, owner], None, api_name="stop_training")
     act.resume.click(rh.on_resume, [run_pick, owner], [watched], api_name="resume_training", **JOBS).then(**wake)
     banner.btn.click(rh.on_resume, [banner.offered, owner], [watched], api_name="resume_interrupted", **JOBS).then(
         rh.on_offer, None, banner.outputs, **QUIET).then(**wake)
     act.delete.click(rh.on_delete, [run_pick, owner], [watched, run_pick, history], api_name="delete_run")
-    act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", **JOBS).then(**wake)
+    act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", show_progress="minimal", **JOBS).then(**wake)
     more.inspect_btn.click(fh.on_inspect, inputs, more.inspect_out, api_name="inspect_data")
     run_pick.input(lambda n: n, [run_pick], [watched], queue=False).then(**wake)
     run_pick.change(rh.on_pick, [run_pick], [details, exp.gguf_note, *run_buttons], **QUIET, api_visibility="private")
