@@ -62,8 +62,8 @@ div:has(#pg-panel-button[aria-selected="true"]) #guide-try {
   #ft-panel .row:has(> #finetune-start) > button { min-width: 0 !important; }
   #ft-panel { padding-bottom: 72px; }
   .table-wrap { --df-max-col-width: 46vw !important; }
-  /* Compare's two model fields one above the other: side by side, each showed "builtin:compac" */
-  .row:has(> #playground-model-a) { flex-direction: column; }
+  /* Compare's two model fields one above the other (gradio groups them in a .form): side by side, A showed "builtin:compac" */
+  .row:has(> #playground-model-a), .form:has(> #playground-model-a) { flex-direction: column; }
   #page-title h1 { font-size: 1.5rem; }
   #page-intro p, #page-notice p { font-size: var(--text-sm); margin: 0; }
   /* the strip: the three steps in one line, and the sentence of the open panel's step under them */

@@ -2,8 +2,8 @@
 card with a scrollbar in view (they were cut at the card's edge, nothing saying they went on), and Compare's model
 fields show their whole value (side by side, model A read "builtin:compac"). Issue 32; screenshots to $SCREENSHOT_DIR.
 
-The browser keeps its scrollbars (Playwright hides them by default in headless mode): the test measures the room a
-scrollbar takes. Needs Chromium (Debian: `apt-get install chromium`); .ci/run installs it.
+The browser keeps its scrollbars (Playwright hides them in headless mode) and emulates a phone, whose overlay scrollbars take no
+room and show only while one scrolls: the test measures the room a kept-visible scrollbar takes. Needs Chromium (Debian: `apt-get install chromium`); .ci/run installs it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def phone(tmp_path_factory):
     EventLog(run_dir / "events.jsonl").write("task_score", when="after", accuracy=0.85, n=20, examples=QUESTIONS[:1], misses=QUESTIONS[1:])
     with running_app(runs) as demo, sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, ignore_default_args=["--hide-scrollbars"])
-        page = browser.new_context(viewport=PHONE, locale="en-US").new_page()
+        page = browser.new_context(viewport=PHONE, locale="en-US", is_mobile=True, has_touch=True).new_page()  # overlay scrollbars, as a phone
         page.goto(demo.local_url)
         yield page
         browser.close()
@@ -61,7 +61,7 @@ def test_the_answers_and_the_history_scroll_inside_their_card_with_a_visible_bar
     assert box["scrolls"] and box["inside"] and box["onScreen"] and box["bar"] > 0, box
     _shot(phone, "phone-date-answers")
     history = phone.locator("#finetune-history")
-    history.get_by_text("dates-run-with-a").first.wait_for(timeout=60_000)
+    history.get_by_text("dates-run-with-a").locator("visible=true").first.wait_for(timeout=60_000)
     history.scroll_into_view_if_needed()
     box = phone.evaluate(SCROLL_BOX_JS, ["#finetune-history .virtual-table-viewport", "#finetune-history"])
     assert box["scrolls"] and box["inside"] and box["onScreen"] and box["bar"] > 0, box
