@@ -78,7 +78,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
         rh.on_offer, None, banner.outputs, **QUIET).then(**wake)
     act.delete.click(rh.on_delete, [run_pick, owner], [watched, run_pick, history], api_name="delete_run")
     act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", show_progress="minimal", **JOBS).then(**wake)
-    more.inspect_btn.click(fh.on_inspect, inputs, more.inspect_out, api_name="inspect_data")
+    more.inspect_btn.click(fh.on_inspect, inputs, more.inspect_out, api_name="inspect_data").success(
+        fh.on_checked, [more.inspect_out[3]], more.inspect_out[1:], **QUIET, api_visibility="private")
     run_pick.input(lambda n: n, [run_pick], [watched], queue=False).then(**wake)
     run_pick.change(rh.on_pick, [run_pick], [details, exp.gguf_note, *run_buttons], **QUIET, api_visibility="private")
     history.select(rh.on_history_select, None, [watched, run_pick], **QUIET, api_visibility="private").then(**wake)

@@ -112,8 +112,10 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
 
     @ui_errors
     def on_inspect(request: gr.Request, upload_path, *vals):
-        summary, rows, hist, dropped = finetune_form.data_check(config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request))
-        return summary, gr.update(value=rows, visible=True), gr.update(value=hist, visible=True), gr.update(value=dropped, visible=len(dropped) > 0)
+        return finetune_form.data_check(config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request))
+
+    def on_checked(dropped):  # after a check: its tables in view (the dropped rows' only when there are some)
+        return gr.update(visible=True), gr.update(visible=True), gr.update(visible=dropped is not None and len(dropped) > 0)
 
     @ui_errors
     def on_preset(tier, upload_path, *vals):
@@ -124,4 +126,4 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
     def on_show_cmd(request: gr.Request, upload_path, *vals):
         return gr.update(value=finetune_form.reproduce_command(config_of(request, upload_path, *vals), lang_of(request)), visible=True)
 
-    return SimpleNamespace(on_predict=on_predict, on_start=on_start, on_inspect=on_inspect, on_preset=on_preset, on_show_cmd=on_show_cmd)
+    return SimpleNamespace(on_predict=on_predict, on_start=on_start, on_inspect=on_inspect, on_checked=on_checked, on_preset=on_preset, on_show_cmd=on_show_cmd)
