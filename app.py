@@ -24,6 +24,8 @@ from ui.login import AUTH_ENV, login_of
 from ui.page import build_app, launch_options
 
 __all__ = ["build_app", "launch_options", "login_of", "main"]  # the entry's names the tests and notebooks use
+SHARE_HINT = ("* In Compact LLM Lab that is the --share flag: `python app.py --share` opens a public link (with a login by default; "
+              "anyone with the link and the login can use the app).")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -84,7 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     # share: the decision's own value, never None, so gradio's rules for share=None (hosted notebooks, GRADIO_SHARE) cannot
     # open a public link the decision does not know about
     demo.launch(share=decision.share, server_name=args.host, server_port=args.port, auth=auth,
-                max_file_size=MAX_FILE_BYTES, show_error=True, mcp_server=args.mcp, **launch_options())
+                max_file_size=MAX_FILE_BYTES, show_error=True, mcp_server=args.mcp, prevent_thread_lock=True, **launch_options())
+    if not decision.share and not os.environ.get("SPACE_ID"):  # gradio's own hint above names its code (share=True in launch())
+        print(SHARE_HINT, flush=True)
+    demo.block_thread()
 
 
 if __name__ == "__main__":

@@ -56,9 +56,11 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     # picking dpo/orpo/grpo fills in the settings measured for it (engine/views/finetune_form.py METHOD_DEFAULTS)
     measured = sorted({n for values in finetune_form.METHOD_DEFAULTS.values() for n in values})
 
-    def on_method_shown(method):  # also when a preset or the estimator's handoff sets the method
+    form["method"].info = T(f"method_help.{finetune_form.FT_DEFAULTS['method']}")  # the picked method's line (what it needs, does)
+
+    def on_method_shown(method, request: gr.Request):  # also when a preset or the estimator's handoff sets the method
         visible = finetune_form.visible_fields(method)
-        return [gr.update(visible=visible[n]) for n in shown]
+        return [gr.update(info=finetune_form.method_help(method, lang_of(request))), *[gr.update(visible=visible[n]) for n in shown]]
 
     def on_method_picked(method):  # a person picked it: the measured settings of dpo/orpo/grpo
         values = finetune_form.method_values(method)
@@ -67,13 +69,14 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     # carries, which a 2-core laptop takes from the training (bench/watch_cost.py)
     timer = gr.Timer(2.0)
     fh, rh = form_handlers(jobs, upload_dir, allow_local_models, form), run_handlers(jobs)
-    run_buttons = [act.try_btn, act.resume, act.retry, act.delete]
+    run_buttons = [act.try_btn, act.resume, act.retry, act.delete, exp.merge_btn]  # merge: a finished LoRA/QLoRA run only
     poll_inputs, poll_outputs = [watched, run_pick, view.log_scale, view.smoothing], [*view.outputs, history, details, *run_buttons]
 
     seen = gr.State(None)  # what this browser was last sent (refresh.changed_parts)
     # a refresh at once, which also wakes the timer while the run trains or merges (see on_tick)
     wake = {"fn": rh.on_tick, "inputs": [*poll_inputs, seen], "outputs": [*poll_outputs, seen, timer], **QUIET, "api_visibility": "private"}
-    started = f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", **JOBS)
+    # "minimal": a refused Start is said in a toast; gradio's full status would cover the Run picker with a big "Error"
+    started = f.start.click(fh.on_start, [owner, *inputs], [watched, run_pick], api_name="start_training", show_progress="minimal", **JOBS)
     started.then(**wake)
     # a refused Start: the data check's reason beside the data field too (the toast goes); a started run clears it
     started.failure(fh.on_data_note, inputs, [f.data_note], **QUIET, api_visibility="private")
@@ -83,8 +86,10 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     banner.btn.click(rh.on_resume, [banner.offered, owner], [watched], api_name="resume_interrupted", **JOBS).then(
         rh.on_offer, None, banner.outputs, **QUIET).then(**wake)
     act.delete.click(rh.on_delete, [run_pick, owner], [watched, run_pick, history], api_name="delete_run")
-    act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", **JOBS).then(**wake)
-    more.inspect_btn.click(fh.on_inspect, inputs, more.inspect_out, api_name="inspect_data")
+    act.retry.click(rh.on_retry, [run_pick, owner], [watched, run_pick], api_name="retry_oom", show_progress="minimal", **JOBS).then(**wake)
+    more.inspect_btn.click(fh.on_inspect, inputs, more.inspect_out, api_name="inspect_data").success(
+        fh.on_checked, [more.inspect_out[3]], more.inspect_out[1:], **QUIET, api_visibility="private")
+
     def watch(n):  # any visitor may watch a run (engine/run_access.py)
         run_access.check_run_access(jobs.runs_dir, n, None, "watch", plain=True, owner_only=jobs.owner_only)
         return n
@@ -102,7 +107,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
                                                                                            api_visibility="private")
     view.log_scale.input(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     view.smoothing.release(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
-    form["method"].change(on_method_shown, [form["method"]], method_only, **QUIET, api_visibility="private")
+    form["method"].change(on_method_shown, [form["method"]], [form["method"], *method_only], **QUIET, api_visibility="private")
     form["method"].input(on_method_picked, [form["method"]], [form[n] for n in measured], **QUIET, api_visibility="private")
     # offline: a Hub base model shows the way to the built-in one (the prediction above says why)
     form["base_model"].change(lambda m: gr.update(visible=offline.needs_internet_now(m)), [form["base_model"]], [f.use_builtin], **QUIET,

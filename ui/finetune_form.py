@@ -64,12 +64,14 @@ def finetune_details() -> SimpleNamespace:
         eval_upload = gr.File(label=T("finetune.form.eval_upload"), file_types=finetune_form.DATA_FILE_TYPES)
     with gr.Accordion(T("finetune.acc.check"), open=False):
         inspect_btn = gr.Button(T("finetune.check.button"), size="sm")
-        inspect_out = [gr.Markdown(),
-                       gr.Dataframe(headers=[T(f"finetune.check.col.{c}") for c in finetune_form.CHECK_COLUMNS], interactive=False, wrap=True,
-                                    label=T("finetune.check.first_rows")),
-                       gr.BarPlot(x="tokens", y="rows", label=T("finetune.check.lengths_title"), height=200, sort=None),
-                       gr.Dataframe(headers=[T(f"finetune.check.col.{c}") for c in finetune_form.DROPPED_COLUMNS], interactive=False,
-                                    label=T("finetune.check.dropped_rows"))]
+        # the tables appear with the check's results, their headers in the visitor's language (gradio shows a gr.I18n
+        # header as its raw key, so the headers are plain text made by the server: engine/views/finetune_form.py)
+        inspect_out = [gr.Markdown(elem_id="finetune-check-summary"),
+                       gr.Dataframe(headers=finetune_form.check_headers(finetune_form.CHECK_COLUMNS), interactive=False, wrap=True,
+                                    label=T("finetune.check.first_rows"), visible=False, elem_id="finetune-check-rows"),
+                       gr.BarPlot(x="tokens", y="rows", label=T("finetune.check.lengths_title"), height=200, sort=None, visible=False),
+                       gr.Dataframe(headers=finetune_form.check_headers(finetune_form.DROPPED_COLUMNS), interactive=False,
+                                    label=T("finetune.check.dropped_rows"), visible=False, elem_id="finetune-check-dropped")]
     with gr.Accordion(T("finetune.acc.training"), open=False):
         comps.update(make_inputs(TrainConfig, only=finetune_form.FT_TRAINING, values=values))
     with gr.Accordion(T("finetune.acc.optimizer"), open=False):
@@ -122,6 +124,9 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
     def on_inspect(request: gr.Request, upload_path, *vals):
         return finetune_form.data_check(config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request))
 
+    def on_checked(dropped):  # after a check: its tables in view (the dropped rows' only when there are some)
+        return gr.update(visible=True), gr.update(visible=True), gr.update(visible=dropped is not None and len(dropped) > 0)
+
     @ui_errors
     def on_preset(tier, upload_path, *vals):
         gate(dict(zip(names, vals[:-1], strict=True)))
@@ -132,4 +137,5 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
     def on_show_cmd(request: gr.Request, upload_path, *vals):
         return gr.update(value=finetune_form.reproduce_command(config_of(request, upload_path, *vals), lang_of(request)), visible=True)
 
-    return SimpleNamespace(on_predict=on_predict, on_start=on_start, on_data_note=on_data_note, on_inspect=on_inspect, on_preset=on_preset, on_show_cmd=on_show_cmd)
+    return SimpleNamespace(on_predict=on_predict, on_start=on_start, on_data_note=on_data_note, on_inspect=on_inspect, on_checked=on_checked,
+                           on_preset=on_preset, on_show_cmd=on_show_cmd)

@@ -74,7 +74,8 @@ def run_exports() -> SimpleNamespace:
     """Download the picked run, merge its adapter, export it to GGUF (behind a closed accordion)."""
     with gr.Accordion(T("finetune.export.title"), open=False):
         with gr.Row():
-            zip_btn, merge_btn = gr.Button(T("finetune.export.zip"), size="sm"), gr.Button(T("finetune.export.merge"), size="sm")
+            zip_btn = gr.Button(T("finetune.export.zip"), size="sm")
+            merge_btn = gr.Button(T("finetune.export.merge"), size="sm", visible=False, elem_id="finetune-merge")  # shown where it applies
         with gr.Row(equal_height=True):  # GGUF for llama.cpp / Ollama / LM Studio (engine/export/gguf.py): nothing to compile
             gguf_spec = field_specs(GgufSettings)[0]
             gguf_type = gr.Dropdown(choices=list(gguf_spec.choices), value=gguf_spec.default, label=T("field.GgufSettings.type.label"),
@@ -129,8 +130,8 @@ def run_handlers(jobs: JobManager) -> SimpleNamespace:
     def init_owner(key):  # a new browser gets a random key, kept in its local storage
         return (key or secrets.token_urlsafe(18),) * 2
 
-    def buttons(pick):  # try it, resume, retry, delete: each shown where it applies to the picked run
-        return tuple(gr.update(visible=v) for v in run_view.run_buttons(jobs, pick))
+    def buttons(pick):  # try it, resume, retry, delete, merge: each shown where it applies to the picked run
+        return tuple(gr.update(visible=v) for v in (*run_view.run_buttons(jobs, pick), run_view.merge_applies(jobs, pick)))
 
     def poll_values(name, pick, log_scale, smoothing, lang):  # None, or (the parts' values, whether the run trains)
         pick = pick if pick and is_valid_run_name(pick) else None  # a name typed into the picker that no run can have: none

@@ -103,7 +103,7 @@ def batch_eval_handlers(jobs: JobManager, load: Any, allow_local_models: bool, g
 
     def onnx(request: gr.Request, ref_v, prompts_v, owner_v=None):
         ref, loaded = playground_load.load_for_export(jobs, ref_v, allow_local_models=allow_local_models, owner=session_key(owner_v, request))
-        rows, path = playground.onnx_export_check(loaded, ref, prompts_v, jobs.runs_dir)
+        rows, path = playground.onnx_export_check(loaded, ref, prompts_v, jobs.runs_dir, lang_of(request))
         return playground.table("onnx", rows, lang_of(request)), gr.update(value=str(path), visible=True)
 
     def evaluation(kind: str) -> Any:

@@ -31,6 +31,17 @@ div:has(#pg-panel-button[aria-selected="true"]) #guide-try {
 .table-wrap { --df-max-col-width: 20em !important; }
 .table-wrap th .header, .table-wrap th span { word-break: normal !important; overflow-wrap: normal !important; hyphens: none; }
 
+/* tables wider than their card scroll sideways inside it, with a scrollbar that stays in view (a phone's overlay
+   scrollbar shows only while one scrolls, so nothing said the table went on): the history and other gr.Dataframes
+   (.virtual-table-viewport), the date answers and GRPO's samples (.scroll-x, engine/views/run_charts.py). gradio sets
+   scrollbar-width: thin on its tables, which would make Chromium ignore the ::-webkit-scrollbar style below */
+.table-wrap .virtual-table-viewport, .scroll-x { max-width: 100%; overflow-x: auto; scrollbar-width: auto; scrollbar-color: auto; }
+.table-wrap .virtual-table-viewport::-webkit-scrollbar, .scroll-x::-webkit-scrollbar { height: 10px; width: 10px; }
+.table-wrap .virtual-table-viewport::-webkit-scrollbar-thumb, .scroll-x::-webkit-scrollbar-thumb { background: var(--neutral-400, #9ca3af);
+  border-radius: 5px; border: 2px solid var(--neutral-100, #f3f4f6); }
+.table-wrap .virtual-table-viewport::-webkit-scrollbar-track, .scroll-x::-webkit-scrollbar-track { background: var(--neutral-100, #f3f4f6); border-radius: 5px; }
+.scroll-x table td:first-child { min-width: 13em; }  /* a question reads as a line, not a word per line */
+
 /* a slider's label and help take the line and its number box goes under them when the column is narrow (the Epochs
    field beside Max steps was squeezed to one word per line) */
 .block .head:has(> .tab-like-container) { flex-wrap: wrap; row-gap: 4px; }
@@ -51,6 +62,8 @@ div:has(#pg-panel-button[aria-selected="true"]) #guide-try {
   #ft-panel .row:has(> #finetune-start) > button { min-width: 0 !important; }
   #ft-panel { padding-bottom: 72px; }
   .table-wrap { --df-max-col-width: 46vw !important; }
+  /* Compare's two model fields one above the other (gradio groups them in a .form): side by side, A showed "builtin:compac" */
+  .row:has(> #playground-model-a), .form:has(> #playground-model-a) { flex-direction: column; }
   #page-title h1 { font-size: 1.5rem; }
   #page-intro p, #page-notice p { font-size: var(--text-sm); margin: 0; }
   /* the strip: the three steps in one line, and the sentence of the open panel's step under them */

@@ -263,7 +263,7 @@ def _explain(name: str, t: HardwareTier, model: str, changes: list[str], verdict
     adapted = (" Adapted to " + model + ": " + "; ".join(changes) + ".") if changes else ""
     if verdict is None:
         return f"{head}{adapted} {note}".strip()
-    word = {"fits": "✅ fits", "tight": "⚠ tight", "no": "❌ does not fit"}[verdict]
+    word = {"fits": "✔ fits", "tight": "⚠ tight", "no": "✖ does not fit"}[verdict]
     tail = f" Predicted {need:.2f} GiB of {t.usable_gib:.1f} GiB usable: **{word}**."
     if verdict == "no":
         tail += " Even the cheapest settings the estimator knows do not fit: pick a smaller model or a larger card."

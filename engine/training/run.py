@@ -29,8 +29,10 @@ from ..data.packing import packed_row_multiple
 from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
 from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, peak_reserved_gib, precision_reason, reset_peak
+from ..models.references import architecture_ref
 from ..objectives import OBJECTIVE_METHODS, PREFERENCE_METHODS
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
+from ..sharing import is_shared
 from .adapters import prepare_for_method
 from .autocast_4bit import autocast_4bit_outputs
 from .builtin import ensure_builtin
@@ -247,7 +249,7 @@ def _load_for_training(cfg: TrainConfig, runs_dir: Path, device: DeviceInfo, dty
 # --------------------------------------------------------------------------------------------------
 
 
-def predict_memory(cfg: TrainConfig, device: DeviceInfo, dtype: torch.dtype, model_config_path: Path | None) -> dict[str, Any] | None:
+def predict_memory(cfg: TrainConfig, device: DeviceInfo, dtype: torch.dtype, model_config_path: Path | str | None) -> dict[str, Any] | None:
     """The estimator's prediction for this run's settings (None when the model is unknown to it)."""
     from ..estimator.handoff import estimate_train
 
@@ -267,7 +269,12 @@ def _predict_memory(run: RunContext, models: RunModels) -> dict[str, Any] | None
 
         prediction = predict_distill_memory(run.cfg, run.device, run.dtype, models.distill)
     else:
-        prediction = predict_memory(run.cfg, run.device, run.dtype, models.config_path)
+        config_path = models.config_path
+        if config_path is not None and is_shared():
+            # on a shared app (a Space) the estimator takes no path on the server (engine/refs.py, the visitor gate), and
+            # this run's path came from the loader, not a visitor: the reference with the same architecture instead
+            config_path = architecture_ref(run.cfg.base_model, run.runs_dir)
+        prediction = predict_memory(run.cfg, run.device, run.dtype, config_path)
     if prediction:
         run.events.write("memory", **prediction)
     return prediction

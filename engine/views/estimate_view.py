@@ -21,6 +21,7 @@ from ..config import MemoryQuery
 from ..errors import EngineError, for_people
 from ..estimator import memory
 from ..estimator.catalog import HardwareTier, catalog_lookup, choice_label, tier_by_name
+from ..estimator.cpu_time import CPU_GFLOPS, cpu_step_seconds
 from ..estimator.handoff import card_training_precision, train_values_for_card
 from ..estimator.local_card import default_tier
 from ..estimator.own_runs import RunPoint, capacity_correction, run_points
@@ -37,7 +38,7 @@ from .offline import marked, online_now
 # default stays off, so the CLI and the JSONL queries keep their meaning).
 DEFAULT_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 FORM_DEFAULTS: dict[str, Any] = {"grad_ckpt": True}
-VERDICT_ICONS = {"fits": "✅", "tight": "⚠️", "no": "❌"}
+VERDICT_ICONS = {"fits": "✔", "tight": "⚠", "no": "✖"}
 CUDA_CONTEXT = "CUDA context"
 # Terms said in CPU words on a CPU tier (estimator_cpu.* in the language files): no CUDA context, no nvidia-smi there.
 CPU_TERMS = {CUDA_CONTEXT: "runtime", "fragmentation": "fragmentation"}
@@ -112,9 +113,30 @@ def totals_md(q: MemoryQuery, est: memory.MemoryEstimate, lang: str = "en", chos
                           what=t(f"estimator.per_gpu_what.{q.distributed}", lang, gpus=q.gpus))
     if est.pageable_gib > 0:
         md += "\n\n" + residency_md(est, lang, chosen)
+    if cpu_tier(chosen) and (step := cpu_step_seconds(q, est.params)) is not None:  # fitting in RAM is not being practical
+        md += "\n\n" + cpu_speed_md(q, step, lang)
     if est.notes:
         md += "\n\n" + "\n".join(f"- {render(n, lang)}" for n in est.notes)
     return md
+
+
+def long_duration(seconds: float, lang: str = "en") -> str:
+    """A rough duration for people: 0.4 s, 12 s, 5 min, 3 h, 4 days (never 96 h)."""
+    if seconds < 10:
+        return f"{fmt_number(round(seconds, 1), lang, 1)} s"
+    for unit, size, limit in (("s", 1, 90), ("min", 60, 90 * 60), ("h", 3600, 48 * 3600)):
+        if seconds < limit:
+            return f"{fmt_number(round(seconds / size), lang)} {unit}"
+    return t("cpu_time.days", lang, n=fmt_number(round(seconds / 86400), lang))
+
+
+def cpu_speed_md(q: MemoryQuery, step_s: float, lang: str = "en") -> str:
+    """How slow this training is on a CPU, roughly: one optimizer step and a thousand of them, with the advice for a
+    slow one (a smaller model, or a GPU)."""
+    tokens = q.batch * q.seq_len * max(1, q.grad_accum)
+    md = t("cpu_time.line", lang, step=long_duration(step_s, lang), tokens=fmt_number(tokens, lang), thousand=long_duration(1000 * step_s, lang),
+           gflops=fmt_number(CPU_GFLOPS, lang))
+    return md + (" " + t("cpu_time.slow", lang) if 1000 * step_s > 12 * 3600 else "")  # longer than a night
 
 
 def residency_md(est: memory.MemoryEstimate, lang: str = "en", chosen: str | None = None) -> str:
@@ -198,6 +220,8 @@ def _cards(q: MemoryQuery, est: memory.MemoryEstimate, chosen: str, lang: str) -
         bars.append(CardBar(name, tier.label, need, ctx + (need - ctx) * low, ctx + (need - ctx) * high,
                             tier.usable_gib, verdict, words, tier.name == chosen))
         shown = _n(need, lang) + (f" + {_n(paged, lang)} ⇄" if paged > 0 else "")
+        if tier.kind == "cpu" and (step := cpu_step_seconds(q, est.params)) is not None:  # fits, and how slow it is there
+            words += " · " + t("cpu_time.per_step", lang, time=long_duration(step, lang))
         rows.append([name, shown, _n(tier.usable_gib, lang), f"{VERDICT_ICONS.get(verdict, '')} {words}".strip()])
     cols = [t(f"estimator.cards.{c}", lang) for c in ("card", "need", "usable", "verdict")]
     return card_bars_html(bars, lang), pd.DataFrame(rows, columns=cols)

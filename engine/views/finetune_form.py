@@ -72,6 +72,11 @@ def visible_fields(method: str) -> dict[str, bool]:
     return shown
 
 
+def method_help(method: str, lang: str = "en") -> str:
+    """The line under the Method field for the method picked: what it does and what data it needs, in `lang`."""
+    return t(f"method_help.{method}", lang) if method in TrainConfig.__dataclass_fields__["method"].metadata.get("choices_help", {}) else ""
+
+
 def method_values(method: str) -> dict[str, Any]:
     """The values the form sets when a person picks `method`: METHOD_DEFAULTS for dpo/orpo/grpo (the measured settings),
     nothing for the others (their form defaults stay)."""
@@ -191,7 +196,7 @@ def _this_machine_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lan
     # on a GPU what must stay resident decides (paged optimizer state pages out to CPU RAM: slower, not out of memory)
     need = est.resident_gib if device.kind == "cuda" else est.allocated_gib
     verdict = fit_verdict(need, device.total_gib)
-    word = {"fits": "✅ ", "tight": "⚠ ", "no": "❌ "}[verdict] + t(f"finetune.predict.verdict.{verdict}", lang)
+    word = {"fits": "✔ ", "tight": "⚠ ", "no": "✖ "}[verdict] + t(f"finetune.predict.verdict.{verdict}", lang)
     gib = {"pred": fmt_number(round(est.allocated_gib, 2), lang), "total": fmt_number(round(est.total_gib, 2), lang)}
     line = t("finetune.predict.gpu" if device.kind == "cuda" else "finetune.predict.cpu", lang, **gib)
     where = t("finetune.predict.device", lang, device=device.name, kind=device.kind, gib=fmt_number(round(device.total_gib, 1), lang, 1), word=word)
@@ -208,7 +213,8 @@ def prediction_or_warning(config: Callable[[], TrainConfig], runs_dir: Path | No
     and never raises."""
     try:
         cfg = config()
-        text = memory_prediction(cfg, runs_dir, lang, card)[0]
+        refused = space_refusal(cfg, runs_dir)  # a Space's limit refuses it at Start: said now, instead of "fits"
+        text = f"⚠ {t('space_predict.refused', lang, reason=refused.render(lang))}" if refused else memory_prediction(cfg, runs_dir, lang, card)[0]
     except EngineError as exc:
         return f"⚠ {exc.render(lang)}"
     notes = [offline_note(ref, lang) for ref in models_to_download(cfg)]  # offline: said before Start, with the alternative
@@ -229,6 +235,19 @@ def data_refusal(config: Callable[[], TrainConfig], lang: str = "en") -> str:
     except EngineError as exc:
         return "⚠ " + t("right_first_try.data_refused", lang, why=exc.render(lang))
     return ""
+
+
+def space_refusal(cfg: TrainConfig, runs_dir: Path | None) -> EngineError | None:
+    """On a Space in demo mode, the limit (steps, epochs, sequence length, model size: engine/space.py) that Start would
+    refuse this config with; None when it is within them, and always outside demo mode."""
+    from .. import space
+    from ..refs import default_runs_dir
+
+    try:
+        space.check_train_config(cfg, Path(runs_dir or default_runs_dir()))
+    except EngineError as exc:
+        return exc
+    return None
 
 
 def models_to_download(cfg: TrainConfig) -> list[str]:

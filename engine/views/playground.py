@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import secrets
 import threading
 from collections.abc import Callable, Iterator
@@ -244,9 +245,25 @@ def evaluation_rows(kind: str, load: Callable[[str, tuple], Any], refs: list[str
             for side, ref in enumerate(refs)]
 
 
-def onnx_export_check(loaded: Any, ref: str, prompts_text: str | None, runs_dir: Path) -> tuple[list[list[Any]], Path]:
+ONNX_ROWS = ("greedy_equal", "max_abs_logits_diff", "prompts", "max_new_tokens", "torch_tokens", "onnx_tokens", "torch_tokens_per_s",
+             "onnx_tokens_per_s", "torch_no_cache_tokens_per_s")  # compare_onnx's results, in the table's order (onnx_check.*)
+
+
+def onnx_rows(result: dict[str, Any], lang: str = "en") -> list[list[str]]:
+    """compare_onnx's results as the table's (check, value) rows in words, in `lang`: yes/no, numbers for people."""
+    def shown(key: str, value: Any) -> str:
+        if isinstance(value, bool):
+            return t("onnx_check.yes" if value else "onnx_check.no", lang)
+        if key == "max_abs_logits_diff":  # tiny: significant digits, never 1e-06
+            return fmt_number(float(value), lang, max(1, min(8, 1 - math.floor(math.log10(value))))) if value > 0 else "0"
+        return fmt_number(value if isinstance(value, int) else round(float(value), 1), lang, 1)
+
+    return [[t(f"onnx_check.{k}", lang), shown(k, result[k])] for k in ONNX_ROWS if k in result]
+
+
+def onnx_export_check(loaded: Any, ref: str, prompts_text: str | None, runs_dir: Path, lang: str = "en") -> tuple[list[list[Any]], Path]:
     """Export the model to ONNX in the exports folder and compare it with PyTorch on the prompts (one a line; "Hello" if
-    none): the (check, value) rows, scalars only, and the zip to download. The zip holds the whole export folder:
+    none): the (check, value) rows in words (onnx_rows), and the zip to download. The zip holds the whole export folder:
     model.onnx, its weights file model.onnx.data (without it the graph loads nowhere), the tokenizer and onnx_info.json."""
     import copy
     import dataclasses
@@ -263,4 +280,4 @@ def onnx_export_check(loaded: Any, ref: str, prompts_text: str | None, runs_dir:
     path = export_onnx(loaded, export_path(f"onnx-{ref.replace(':', '-').replace('/', '-')}"), runs_dir=runs_dir)
     prompts = [p for p in (prompts_text or "").splitlines() if p.strip()] or ["Hello"]
     result = compare_onnx(loaded, path, prompts, no_cache_baseline=True)
-    return [[k, v if not isinstance(v, float) else round(v, 6)] for k, v in result.items() if not isinstance(v, (list, dict))], zip_export(path.parent)
+    return onnx_rows(result, lang), zip_export(path.parent)

@@ -54,9 +54,20 @@ class Start:
     style: str  # "task", "instruction", "chat", "text" (a run's data) or "base" (no run)
 
 
+def learned(s: RunSummary) -> bool | None:
+    """Did the run learn its task, by its recorded date-task scores: after training above before (or above zero when
+    only the after score was recorded); None when it was not scored (a run on other data: nothing says it failed)."""
+    after = s.task_scores.get("after")
+    if after is None:
+        return None
+    return after > (s.task_scores.get("before") or 0.0)
+
+
 def newest_finished(jobs: JobManager) -> RunSummary | None:
-    """The finished run that ended last (a run folder touched later, e.g. by a merge, does not count as newer)."""
-    runs = jobs.finished_runs()
+    """The finished run that ended last, among those that learned (`learned`: a run whose date-task score did not rise,
+    the model that answers gibberish, is never the one a page opens on); a run folder touched later, e.g. by a merge,
+    does not count as newer."""
+    runs = [s for s in jobs.finished_runs() if learned(s) is not False]
     if not runs:
         return None
 
@@ -69,7 +80,7 @@ def newest_finished(jobs: JobManager) -> RunSummary | None:
 
 
 def default_model(jobs: JobManager) -> str:
-    """The playground's model when a page opens: the newest finished run, else the built-in model."""
+    """The playground's model when a page opens: the newest finished run that learned, else the built-in model."""
     run = newest_finished(jobs)
     return f"{RUN_PREFIX}{run.name}" if run is not None else DEFAULT_MODEL
 

@@ -129,7 +129,7 @@ def task_html(events: Iterable[dict[str, Any]], lang: str = "en") -> str:
     latest = scores.get("after") or scores.get("before") or next(iter(scores.values()))
     cell = "padding:4px 6px;vertical-align:top"
     rows = "".join(
-        f"<tr><td style='{cell}'>{'✅' if ok else '❌'} {html.escape(prompt)}</td>"
+        f"<tr><td style='{cell}'>{'✔' if ok else '✖'} {html.escape(prompt)}</td>"
         f"<td style='{cell};white-space:nowrap'><code>{html.escape(expected)}</code></td>"
         f"<td style='{cell};white-space:nowrap'><code>{html.escape(got.strip()[:40]) or '∅'}</code></td></tr>"
         for ok, prompt, expected, got in task_examples(latest))
@@ -137,7 +137,7 @@ def task_html(events: Iterable[dict[str, Any]], lang: str = "en") -> str:
     if rows:
         cols = "".join(f"<th style='{cell};text-align:left'>{html.escape(t(f'finetune.task.col.{c}', lang))}</th>" for c in ("prompt", "expected", "got"))
         caption = html.escape(t("finetune.task.examples", lang, when=when_text(str(latest.get("when", "")), lang)))
-        table = (f"<details open><summary>{caption}</summary><div style='overflow-x:auto'><table style='font-size:0.85em;width:100%'>"
+        table = (f"<details open><summary>{caption}</summary><div class='scroll-x' style='overflow-x:auto'><table style='font-size:0.85em;width:100%'>"
                  f"<thead><tr>{cols}</tr></thead><tbody>{rows}</tbody></table></div></details>")
     return f"<div class='task-accuracy'>{head}{bars}{table}</div>"
 
@@ -176,7 +176,7 @@ def completions_html(events: Iterable[dict[str, Any]], lang: str = "en") -> str:
         f"<td style='{cell}'><code>{html.escape(str(s.get('answer') or ''))}</code></td></tr>" for s in latest["samples"])
     cols = "".join(f"<th style='{cell};text-align:left'>{html.escape(t(f'preference.samples.col.{c}', lang))}</th>" for c in ("reward", "answer", "expected"))
     caption = html.escape(t("preference.samples.title", lang, step=fmt_number(latest.get("step", 0), lang)))
-    return (f"<details open><summary>{caption}</summary><div style='overflow-x:auto'><table style='font-size:0.85em;width:100%'>"
+    return (f"<details open><summary>{caption}</summary><div class='scroll-x' style='overflow-x:auto'><table style='font-size:0.85em;width:100%'>"
             f"<thead><tr>{cols}</tr></thead><tbody>{rows}</tbody></table></div></details>")
 
 

@@ -29,7 +29,10 @@ def stop_run(jobs: JobManager, name: str | None, owner: str | None, lang: str = 
     exited `jobs.stop_grace_s` seconds later (a run hung in a download, tokenizing or saving); the message to show."""
     name = _require(name, "no_run")
     jobs.check_control(name, owner, "stop")
+    queued = jobs.status(name).state == "queued"
     jobs.stop(name, wait=False)
+    if queued:  # it leaves the waiting line before it started: no process to wait for, nothing trained, nothing saved
+        return t("waiting_line.left", lang, name=name)
     threading.Thread(target=stop_or_kill, args=(jobs, name), name=f"stop-{name}", daemon=True).start()
     return t("finetune.control.stopping", lang, name=name)
 
@@ -136,7 +139,7 @@ def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, 
     url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private), use_env_token=False, runs_dir=jobs.runs_dir,
                    gguf=gguf)
     key = "finetune.control.pushed_gguf" if gguf else "finetune.control.pushed"
-    return "✅ " + t(key, lang, what=t(f"finetune.push.what.{what}", lang), name=name, gguf=gguf or "", url=url)
+    return "✔ " + t(key, lang, what=t(f"finetune.push.what.{what}", lang), name=name, gguf=gguf or "", url=url)
 
 
 def push_default(jobs: JobManager, name: str | None) -> str | None:
@@ -161,15 +164,19 @@ def gguf_note(jobs: JobManager, name: str | None, lang: str = "en") -> str:
     return t("finetune.control.gguf_merge_first" if merged else "finetune.control.gguf_ready", lang, name=name)
 
 
-def export_gguf_for_download(jobs: JobManager, name: str | None, gguf_type: str, preset: str = "balanced",
+def export_gguf_for_download(jobs: JobManager, name: str | None, gguf_type: str, preset: str | None = None,
                              owner: str | None = None, lang: str = "en") -> tuple[Path, str]:
     """Export the picked finished run to GGUF with its Ollama Modelfile; (the zip to download, under an unguessable name
-    in the private exports folder, the message to show). Shared mode: the run's owner only, like a zip of the run."""
+    in the private exports folder, the message to show). Shared mode: the run's owner only, like a zip of the run.
+    preset: the Modelfile's decoding; by default the one the Playground uses for this run (greedy `precise` for the
+    date task, whose one right answer sampling would only spoil; `balanced` for chat)."""
     from ..config import GgufSettings
     from ..export.gguf_run import export_ref_gguf, zip_export
+    from .playground_defaults import start_for
 
     name = _require(name, "pick_gguf")
     jobs.check_control(name, owner, "export")
+    preset = preset or start_for(jobs.runs_dir, f"run:{name}", lang).preset
     result = export_ref_gguf(name, jobs.runs_dir, GgufSettings(type=gguf_type, preset=preset))
     key = "finetune.control.gguf_done" if result.template_checked else "finetune.control.gguf_done_no_template"
     message = t(key, lang, type=result.type, arch=result.arch, mib=fmt_number(round(result.bytes / 2**20, 1), lang, 1),

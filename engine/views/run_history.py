@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from ..training.jobs import JobManager
 
 HISTORY_COLUMNS = ("run", "method", "state", "when", "eval_loss")
-STATE_ICONS = {"running": "🟢", "finished": "✅", "stopped": "⏸", "failed": "❌", "killed": "⚠", "created": "…", "damaged": "🛠",
-               "queued": "⏳"}
+STATE_ICONS = {"running": "●", "finished": "✔", "stopped": "‖", "failed": "✖", "killed": "⚠", "created": "…", "damaged": "⚒",
+               "queued": "◔"}
 
 
 def state_text(state: str, lang: str = "en") -> str:

@@ -134,10 +134,10 @@ def objective_parts(ev: dict[str, Any], lang: str = "en") -> list[str]:
 
 
 def _completions_line(ev: dict[str, Any], lang: str) -> str:
-    """GRPO's sampled answers of a logging step with their rewards: 🎲 step 30: +1 «1953-10-13» (expected «1953-10-13») | ..."""
+    """GRPO's sampled answers of a logging step with their rewards: ⚄ step 30: +1 «1953-10-13» (expected «1953-10-13») | ..."""
     shown = [t("preference.log.sample", lang, reward=fmt_signed(s.get("reward") or 0.0, lang), answer=str(s.get("completion", "")).strip()[:60],
                expected=str(s.get("answer") or "")[:40]) for s in ev.get("samples") or []]
-    return "🎲 " + t("preference.log.samples", lang, step=fmt_number(ev.get("step", 0), lang)) + " " + " | ".join(shown)
+    return "⚄ " + t("preference.log.samples", lang, step=fmt_number(ev.get("step", 0), lang)) + " " + " | ".join(shown)
 
 
 def _eval_line(ev: dict[str, Any], lang: str, pretraining: bool = False) -> str:
@@ -160,7 +160,7 @@ def _data_line(ev: dict[str, Any], lang: str) -> str:
 
 def _task_line(ev: dict[str, Any], lang: str) -> str:
     acc, n = ev.get("accuracy") or 0.0, ev.get("n") or 0
-    return "🎯 " + t("finetune.log.task", lang, when=when_text(ev.get("when", ""), lang), pct=fmt_number(round(100 * acc), lang),
+    return "◎ " + t("finetune.log.task", lang, when=when_text(ev.get("when", ""), lang), pct=fmt_number(round(100 * acc), lang),
                     right=fmt_number(round(acc * n), lang), n=fmt_number(n, lang))
 
 
@@ -168,17 +168,17 @@ def _done_line(ev: dict[str, Any], lang: str) -> str:
     """The run's last line: the last logged step's loss, and the run's mean loss (what the Trainer reports) named as the
     mean; a run recorded before the last step's loss was written shows the mean alone, named as such."""
     key = "right_first_try.done" if ev.get("last_loss") is not None else "right_first_try.done_mean"
-    return "✅ " + t(key, lang, steps=fmt_number(ev.get("steps", 0), lang), took=fmt_duration(ev.get("duration_s")),
+    return "✔ " + t(key, lang, steps=fmt_number(ev.get("steps", 0), lang), took=fmt_duration(ev.get("duration_s")),
                     last=fmt_loss(ev.get("last_loss"), lang), mean=fmt_loss(ev.get("final_loss"), lang), output=f"{ev.get('output', '?')}/")
 
 
 def _stopped_line(ev: dict[str, Any], lang: str) -> str:
     key = "finetune.log.stopped_ckpt" if ev.get("checkpoint") else "finetune.log.stopped"
-    return "⏸ " + t(key, lang, step=fmt_number(ev.get("step", 0), lang), checkpoint=ev.get("checkpoint") or "")
+    return "‖ " + t(key, lang, step=fmt_number(ev.get("step", 0), lang), checkpoint=ev.get("checkpoint") or "")
 
 
 def _early_line(ev: dict[str, Any], lang: str) -> str:
-    return "⏹ " + t("finetune.log.early_stop", lang, step=fmt_number(ev.get("step", 0), lang), n=ev.get("patience", "?"),
+    return "■ " + t("finetune.log.early_stop", lang, step=fmt_number(ev.get("step", 0), lang), n=ev.get("patience", "?"),
                     best=fmt_loss(ev.get("best_eval_loss"), lang), best_step=ev.get("best_step", "?"))
 
 
@@ -195,10 +195,10 @@ RENDER: dict[str, Callable[[dict[str, Any], str], str]] = {
     "early_stop": _early_line,
     "done": _done_line,
     "stopped": _stopped_line,
-    "error": lambda ev, lang: "❌ " + t("finetune.log.error", lang, message=render_record(ev.get("i18n"), ev.get("message", ""), lang)),
+    "error": lambda ev, lang: "✖ " + t("finetune.log.error", lang, message=render_record(ev.get("i18n"), ev.get("message", ""), lang)),
     "distill": lambda ev, lang: t("finetune.log.distill", lang, teacher=ev.get("teacher", "?"), student=ev.get("student", "?")),
     "push": lambda ev, lang: "⬆ " + t("finetune.log.push", lang, url=ev.get("url", "")),
-    "export": lambda ev, lang: "📦 " + t("finetune.log.export", lang, what=ev.get("gguf_type") or ev.get("format", "")),
+    "export": lambda ev, lang: "⬇ " + t("finetune.log.export", lang, what=ev.get("gguf_type") or ev.get("format", "")),
     "completions": _completions_line,  # GRPO's sampled answers (engine/training/grpo.py)
 }
 

@@ -95,8 +95,8 @@ def shorter_run_md(s: RunSummary, lang: str = "en") -> str:
     options = shorter_runs(per_step, cfg.max_steps, cfg.max_seq_len, cfg.micro_batch_size, fixed_s=2 * measuring)[:MAX_SHOWN]
     head = t("shorter_run.head", lang, left=fmt_duration(left), per_step=fmt_number(round(per_step, 2), lang, 2))
     if not options:
-        return "⏱ " + head + " " + t("shorter_run.none", lang)
+        return "◷ " + head + " " + t("shorter_run.none", lang)
     lines = [t("shorter_run.option", lang, steps=fmt_number(p.max_steps, lang), seq=fmt_number(p.max_seq_len, lang),
                batch=fmt_number(p.micro_batch_size, lang), took=fmt_duration(took), pct=fmt_number(round(100 * p.accuracy), lang))
              + (f" ({p.spread})" if p.spread else "") for p, took in options]
-    return "⏱ " + head + "\n\n" + "\n".join(f"- {line}" for line in lines) + "\n\n" + t("shorter_run.how", lang)
+    return "◷ " + head + "\n\n" + "\n".join(f"- {line}" for line in lines) + "\n\n" + t("shorter_run.how", lang)

@@ -111,6 +111,18 @@ def run_buttons(jobs: JobManager, name: str | None) -> tuple[bool, bool, bool, b
     return can_try(s), s.resumable or s.restartable, s.state == "failed" and s.error_kind == "oom", s.state != "running"
 
 
+def merge_applies(jobs: JobManager, name: str | None) -> bool:
+    """Merge the adapter applies to the picked run: a finished run that saved a LoRA/QLoRA adapter (a full or
+    from-scratch run is already a whole model, and an unfinished one has no final adapter), so it is offered only then."""
+    if not name:
+        return False
+    try:
+        s = jobs.status(name)
+    except EngineError:
+        return False
+    return s.state == "finished" and s.output == "adapter" and (s.path / "adapter").is_dir()
+
+
 def watched_outputs(jobs: JobManager, name: str | None, lang: str = "en", *, log_scale: bool = False,
                     smoothing: float = 0.0) -> WatchedRun | None:
     """What the timer refreshes for the watched run, in `lang`; None when no run is watched or it cannot be read (the
@@ -141,15 +153,15 @@ def merge_status_md(jobs: JobManager, name: str | None, lang: str = "en") -> str
     except EngineError:
         return ""
     if not events:  # none yet: the merge process may still be starting
-        return "🔀 " + t("finetune.merge.starting", lang) if jobs.active_merge() == name else ""
+        return "⋈ " + t("finetune.merge.starting", lang) if jobs.active_merge() == name else ""
     last = events[-1]
     if last.get("type") == "merge_done":
-        return "🔀 " + t("finetune.merge.done", lang, took=fmt_duration(last.get("seconds")), device=last.get("device", "?"), name=name)
+        return "⋈ " + t("finetune.merge.done", lang, took=fmt_duration(last.get("seconds")), device=last.get("device", "?"), name=name)
     if last.get("type") == "merge_error":
-        return "🔀 " + t("finetune.merge.failed", lang, message=render_record(last.get("i18n"), last.get("message", ""), lang))
+        return "⋈ " + t("finetune.merge.failed", lang, message=render_record(last.get("i18n"), last.get("message", ""), lang))
     if jobs.active_merge() == name:
-        return "🔀 " + t("finetune.merge.running", lang, reason=for_people(from_json(last.get("reason_i18n")) or last.get("reason", ""), lang))
-    return "🔀 " + t("finetune.merge.gone", lang)
+        return "⋈ " + t("finetune.merge.running", lang, reason=for_people(from_json(last.get("reason_i18n")) or last.get("reason", ""), lang))
+    return "⋈ " + t("finetune.merge.gone", lang)
 
 
 def status_md(s: RunSummary, lang: str = "en") -> str:

@@ -12,6 +12,8 @@ from .. import space
 from ..i18n import t
 from .run_log import fmt_duration
 
+DOWNLOAD_PATH = ("finetune.tab", "finetune.export.title", "finetune.export.zip")  # the labels on the way to a run's zip
+
 if TYPE_CHECKING:
     from ..runs import RunSummary
     from ..training.jobs import JobManager
@@ -22,7 +24,9 @@ def space_notice_md(runs_dir: Path, lang: str = "en") -> str:
     restart) and the "Duplicate this Space" link; empty outside demo mode."""
     if not space.demo_mode():
         return ""
-    lines = [t("space.notice", lang, **space.limits_params()), t(space.storage_notice_key(runs_dir), lang)]
+    # the way to a run's zip in the page's own words (its tab, accordion and button), so the notice never names another
+    path = " → ".join(t(key, lang) for key in DOWNLOAD_PATH)
+    lines = [t("space.notice", lang, **space.limits_params()), t(space.storage_notice_key(runs_dir), lang, path=path)]
     if url := space.duplicate_url():
         lines.append(t("space.duplicate", lang, url=url))
     return "\n\n".join(lines)

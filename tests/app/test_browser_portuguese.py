@@ -73,12 +73,15 @@ def english_fragments() -> list[str]:
 FRAGMENTS = english_fragments()
 
 
+RAW_KEY = re.compile(r"__i18n__|translation_metadata")  # a gr.I18n shown as its raw key (gradio does not translate every place)
+
+
 def english_on(page) -> list[str]:
-    """The English fragments, Python values and hash prefixes among the texts the page shows now."""
+    """The English fragments, Python values, hash prefixes and raw translation keys among the texts the page shows now."""
     text = page.evaluate(VISIBLE_TEXT_JS, SKIP_SELECTORS)
     low = " ".join(text.lower().split())
     bad = [f for f in FRAGMENTS if re.search(r"(?<![a-z])" + re.escape(f) + r"(?![a-z])", low)]
-    bad += [m.group(0) for m in PYTHON.finditer(text)] + [m.group(0) for m in HASHED.finditer(text)]
+    bad += [m.group(0) for m in PYTHON.finditer(text)] + [m.group(0) for m in HASHED.finditer(text)] + RAW_KEY.findall(text)
     return bad
 
 
@@ -144,6 +147,34 @@ def test_estimator_in_portuguese(page):
     assert english_on(page) == []
 
 
+def test_the_data_check_and_the_method_list_in_portuguese(page):
+    """The data check's tables appear with their results, headers in Portuguese (never a raw translation key); the
+    method list names DPO, ORPO and GRPO and says under the field what the picked one needs and does (issue 32)."""
+    page.locator("#ft-panel-button").click()
+    accordion(page, "ft", "finetune.acc.check")
+    assert not page.locator("#finetune-check-rows").is_visible()  # no empty table before the check has run
+    assert english_on(page) == []
+    page.get_by_role("button", name=i18n.t("finetune.check.button", "pt-BR"), exact=True).click()
+    rows = page.locator("#finetune-check-rows")
+    rows.wait_for(state="visible", timeout=120_000)
+    headers = {h.strip() for h in rows.locator("th").all_inner_texts()} - {""}
+    assert {i18n.t(f"finetune.check.col.{c}", "pt-BR") for c in ("row", "text", "tokens", "trained")} <= headers, headers
+    assert english_on(page) == []
+
+    method = page.locator("#TrainConfig-method")
+    method.locator("input").click()
+    names = [o.strip() for o in page.get_by_role("option").all_inner_texts()]
+    for m in ("dpo", "orpo", "grpo"):
+        assert i18n.t(f"text.choice.TrainConfig.method.{m}", "pt-BR") in names, names  # named, not the bare value
+    page.get_by_role("option", name=i18n.t("text.choice.TrainConfig.method.grpo", "pt-BR"), exact=True).click()
+    method.get_by_text(i18n.t("method_help.grpo", "pt-BR")[:40]).wait_for(timeout=60_000)  # what GRPO needs and does
+    assert english_on(page) == []
+    method.locator("input").click()
+    page.get_by_role("option", name=i18n.t("text.choice.TrainConfig.method.full", "pt-BR"), exact=True).click()
+    method.get_by_text(i18n.t("method_help.full", "pt-BR")[:40]).wait_for(timeout=60_000)
+    accordion(page, "ft", "finetune.acc.check")  # closed again, as the next step expects it
+
+
 def test_an_unreadable_number_and_an_empty_upload_in_portuguese(page, tmp_path):
     page.locator("#ft-panel-button").click()
     accordion(page, "ft", "finetune.acc.training")
@@ -177,6 +208,24 @@ def test_a_failed_runs_error_in_portuguese(page):
     page.get_by_role("option", name="falhou-nos-dados").first.click()
     page.locator("#finetune-status").get_by_text("notas.jsonl está vazio (0 bytes).").wait_for(timeout=60_000)
     assert english_on(page) == []
+
+
+def test_the_onnx_check_in_portuguese(page):
+    """The ONNX check's rows are sentences in Portuguese with yes/no and numbers for people, not variable names."""
+    from engine.export.onnx import missing_packages
+
+    if missing_packages():
+        pytest.skip("the optional ONNX packages (requirements-onnx.txt) are not installed")
+    page.locator("#pg-panel-button").click()
+    page.get_by_role("tab", name=i18n.t("playground.export.tab", "pt-BR")).click()
+    page.locator("#playground-onnx-btn").click()
+    label = i18n.t("onnx_check.greedy_equal", "pt-BR")
+    page.locator("#pg-panel").get_by_text(label).locator("visible=true").first.wait_for(timeout=240_000)
+    text = page.locator("#pg-panel").inner_text()
+    assert "greedy_equal" not in text and "tokens_per_s" not in text and "max_abs" not in text
+    assert i18n.t("onnx_check.onnx_tokens_per_s", "pt-BR") in text and i18n.t("onnx_check.yes", "pt-BR") in text
+    assert english_on(page) == []
+    page.get_by_role("tab", name=i18n.t("playground.chat.tab", "pt-BR")).click()  # back where the next step starts
 
 
 def test_playground_chat_and_batch_in_portuguese(page):

@@ -113,7 +113,7 @@ def test_hostile_input_on_a_local_app(s, api, args, expect):
 def test_a_damaged_run_folder_shows_as_damaged_and_the_rest_works(s):
     out = s.client.predict(api_name="/on_load")
     history = out[1]["data"] if isinstance(out[1], dict) else out[1]
-    assert {r[0]: r[2] for r in history}["broken"] == "🛠 damaged"  # the history's columns: run, method, status, started, eval loss
+    assert {r[0]: r[2] for r in history}["broken"] == "⚒ damaged"  # the history's columns: run, method, status, started, eval loss
     chat = check(s, "/generate", ["run:done-run", "none", "chat", None, "hi", [], *gen()], "assistant", ok=True)
     assert chat[0][-1]["role"] == "assistant"
     check(s, "/unload_models", [], "unloaded", ok=True)  # the owner's own machine: allowed

@@ -394,7 +394,7 @@ def test_damaged_run_folders_show_as_damaged_and_break_nothing(s):
     assert ok
     history = loaded[1]["data"] if isinstance(loaded[1], dict) else loaded[1]
     states = {row[0]: row[2] for row in history}  # the history's columns: run, method, status, started, eval loss
-    assert states["damaged-bytes"] == "🛠 damaged" and states["damaged-deep"] == "🛠 damaged" and states["alice-done"] == "✅ finished"
+    assert states["damaged-bytes"] == "⚒ damaged" and states["damaged-deep"] == "⚒ damaged" and states["alice-done"] == "✔ finished"
     choices = [c[0] if isinstance(c, (list, tuple)) else c for c in (loaded[2].get("choices") or [])]
     assert "run:alice-done" in choices and "run:damaged-bytes" not in choices
     check(s, s.bob, "/generate", ["run:damaged-bytes", "none", "chat", "", "hi", [], *gen()], "damaged-bytes")

@@ -50,7 +50,7 @@ def test_a_failed_load_keeps_the_conversation_and_the_prompt():
     h = chat_handlers(load, GEN_NAMES, StopSignals())
     (chat, prompt, stats, _info, notice), = _send(h, "Converta a data 01/02/2003 para o formato ISO (AAAA-MM-DD).", HISTORY)
     assert chat == HISTORY and prompt.startswith("Converta a data 01/02/2003") and stats == ""
-    assert notice.startswith("⚠️") and "Não existe execução chamada 'ghost'" in notice
+    assert notice.startswith("⚠") and "Não existe execução chamada 'ghost'" in notice
     (_c, _p, _s, _i, notice), = _send(h, "   ", HISTORY, lang="en")
     assert "Type a prompt first." in notice  # checked before anything loads
     (chat, _p, _s, _i, notice), = _send(h, "", [], regenerate=True)

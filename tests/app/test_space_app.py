@@ -5,6 +5,7 @@ visitor's run waiting in line (its position, the expected wait, wording for a CP
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -75,7 +76,7 @@ def test_the_space_says_its_limits_storage_and_duplicate_link(space_app):
     assert "a Hugging Face Space (someone/compact-llm-lab)" in printed and "Device: CPU" in printed
     notice = Client(url, verbose=False).predict(api_name="/space_notice")
     assert "at most 600 steps, 3 epochs, sequences of 256 tokens" in notice and "15 minutes" in notice
-    assert "disappear when it restarts" in notice and "download yours" in notice
+    assert "disappear when it restarts" in notice and "download yours (Fine-tune → Download and export → Download run (zip))" in notice
     assert "[Duplicate this Space](https://huggingface.co/spaces/someone/compact-llm-lab?duplicate=true)" in notice
     pt = Client(url, verbose=False, headers={"Accept-Language": "pt-BR,pt;q=0.9"}).predict(api_name="/space_notice")
     assert "no máximo 600 passos" in pt and "somem quando ele reinicia" in pt
@@ -89,6 +90,10 @@ def test_an_oversized_run_is_refused_naming_the_limit(space_app):
     with pytest.raises(Exception, match="at most 3 epochs per run"):
         visitor.predict(*_form(max_steps=0, epochs=1000, run_name="greedy"), api_name="/start_training")
     assert not (runs / "greedy").exists()  # refused before anything was made
+    # the prediction under Start says so before the click, instead of "fits"
+    said = visitor.predict(*_form(max_steps=10_000_000), api_name="/predict_memory")
+    assert "This Space will refuse this run at Start" in said and "at most 600 steps" in said and "fits" not in said
+    assert "fits" in visitor.predict(*_form(), api_name="/predict_memory")  # the first run: within the limits
 
 
 def test_a_second_visitor_waits_in_line_then_starts(space_app):
@@ -109,5 +114,12 @@ def test_a_second_visitor_waits_in_line_then_starts(space_app):
     while time.time() < deadline and jobs.status("visitor-b").state == "queued":
         time.sleep(0.5)
     assert jobs.status("visitor-b").state == "running"
+    # its memory prediction is recorded beside the measured peak (the estimator's gate takes no server path on a Space:
+    # the run names its model by reference), so the run's memory line has a number, not "—"
+    events, deadline = runs / "visitor-b" / "events.jsonl", time.time() + 180
+    while time.time() < deadline and not (events.exists() and '"type": "memory"' in events.read_text()):
+        time.sleep(0.5)
+    memory = [json.loads(line) for line in events.read_text().splitlines() if '"type": "memory"' in line]
+    assert memory and memory[0]["predicted_gib"] > 0
     second.predict(api_name="/stop_training")
 

@@ -389,3 +389,18 @@ def test_llama_cpp_generates(gguf_type, sources, exported):
                 out.append(token)
                 llm.eval([token])
             assert out == _greedy(model, ids, 6), (kind, gguf_type, prompt)
+
+
+def test_the_pages_modelfile_decodes_as_the_runs_task(runs, sources):
+    """The page's GGUF export writes the Modelfile's sampling from the run's task: greedy (temperature 0) for the date
+    task, whose one right answer sampling only spoils; the mild chat sampling for instructions (issue 32)."""
+    from engine.training.jobs import JobManager
+    from engine.views.run_control import export_gguf_for_download
+
+    jobs = JobManager(runs)
+    for name, dataset, temperature in (("dates-g", "builtin:dates", "0"), ("chat-g", "builtin:instructions", "0.7")):
+        shutil.copytree(sources["compact"], runs / name / "model")  # a full run: its model folder, nothing to merge
+        finish_run(runs / name, TrainConfig(method="full", base_model="builtin:compact-mini", dataset=dataset, max_steps=2, run_name=name))
+        export_gguf_for_download(jobs, name, "q4_0")
+        modelfile = (runs / "_exports" / f"gguf-{name}-q4_0" / "Modelfile").read_text()
+        assert f"PARAMETER temperature {temperature}\n" in modelfile

@@ -134,7 +134,7 @@ def test_merge_failure_is_recorded(runs_dir):
     assert events[-1]["type"] == "merge_error" and events[-1]["message"]
     from engine.views.run_view import merge_status_md
 
-    assert merge_status_md(jobs, "merge-broken").startswith("🔀 **Merge failed:**")
+    assert merge_status_md(jobs, "merge-broken").startswith("⋈ **Merge failed:**")
 
 
 def test_merge_through_the_app(runs_dir):

@@ -104,6 +104,21 @@ def test_a_queued_run_can_leave_the_line(tmp_path, fake_python):
     _wait(lambda: jobs.status(first).state == "finished", 20, "the first run")
 
 
+def test_stopping_a_queued_run_says_it_left_the_line_not_that_it_saves(tmp_path, fake_python):
+    from engine.views.run_control import stop_run
+
+    runs = tmp_path / "runs"
+    jobs = JobManager(runs, python=fake_python, queue=True, poll_s=0.05)
+    first = jobs.start(_cfg("first"), owner="a")
+    second = jobs.start(_cfg("second"), owner="b")
+    text = stop_run(jobs, second, "b", "en")
+    assert "left the waiting line" in text and "checkpoint" not in text and "nothing was trained" in text
+    assert jobs.status(second).state == "stopped" and jobs.status(first).state == "running"
+    pt = stop_run(jobs, first, "a", "pt-BR")  # a running run: it saves a checkpoint first (the usual message)
+    assert "checkpoint" in pt and "fila" not in pt
+    _wait(lambda: jobs.status(first).state == "stopped", 20, "the first run to stop")
+
+
 def test_a_resume_waits_in_line_too(tmp_path, fake_python):
     runs = tmp_path / "runs"
     jobs = JobManager(runs, python=fake_python, queue=True, poll_s=0.05)

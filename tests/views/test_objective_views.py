@@ -34,7 +34,7 @@ def test_log_lines_carry_the_metrics():
     assert "margin 0.5" in event_line(DPO_EVENTS[1]) and "chosen wins 88%" in event_line(DPO_EVENTS[1])
     assert "recompensa 0,4 ± 0,3" in event_line(GRPO_EVENTS[0], "pt-BR") and "respostas de 11 tokens" in event_line(GRPO_EVENTS[0], "pt-BR")
     line = event_line(GRPO_EVENTS[1])
-    assert line.startswith("🎲") and "+1 «2023-09-05» (expected «2023-09-05»)" in line and " 0 «<b>05/09</b>»" in line
+    assert line.startswith("⚄") and "+1 «2023-09-05» (expected «2023-09-05»)" in line and " 0 «<b>05/09</b>»" in line
     # partial credit in the visitor's notation (issue 32: not +0.00, not 0.33 on the Portuguese page)
     partial = {"type": "completions", "step": 20, "samples": [{"completion": "2023-09", "answer": "2023-09-05", "reward": 0.333},
                                                              {"completion": "x", "answer": "2023-09-05", "reward": -0.5}]}

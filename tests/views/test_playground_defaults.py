@@ -20,14 +20,17 @@ from engine.views.playground import prompt_settings
 from engine.views.playground_load import load_for_playground
 
 
-def _run(runs: Path, name: str, *, ended: float, state: str = "done", **cfg) -> None:
-    """A run folder as a real run leaves it: its config.yaml and start/terminal events (`ended` seconds ago)."""
+def _run(runs: Path, name: str, *, ended: float, state: str = "done", scores: tuple[float, float] | None = None, **cfg) -> None:
+    """A run folder as a real run leaves it: its config.yaml and start/terminal events (`ended` seconds ago), and its
+    date-task scores before and after training when given."""
     run_dir = runs / name
     run_dir.mkdir(parents=True)
     save_config(run_dir, TrainConfig(**{"method": "lora", "base_model": "builtin:compact-mini", "dataset": "builtin:dates", **cfg}))
     log = EventLog(run_dir / "events.jsonl")
     now = time.time()
     log.write("start", time=now - ended - 60, run=name)
+    for when, accuracy in zip(("before", "after"), scores or (), strict=False):
+        log.write("task_score", time=now - ended - 30, when=when, accuracy=accuracy, correct=round(accuracy * 100), total=100)
     if state == "done":
         log.write("done", time=now - ended, output="adapter", steps=2)
     elif state == "error":
@@ -60,6 +63,23 @@ def test_the_newest_finished_run_is_the_default_and_compare_is_its_base_before_a
     assert "antes do treino" in pd.compare_note(tmp_path, "builtin:compact-mini", "run:newest", "pt-BR")
     assert "before" not in pd.compare_note(tmp_path, "run:older", "run:newest", "en")  # not its base: no claim
     assert "Finish a fine-tune run" in pd.compare_note(tmp_path, "builtin:compact-mini", None, "en")
+
+
+def test_the_page_opens_on_the_newest_run_that_learned_not_a_newer_one_that_did_not(tmp_path):
+    jobs = JobManager(tmp_path)
+    _run(tmp_path, "learned", ended=500, scores=(0.0, 0.89))
+    _run(tmp_path, "gibberish", ended=10, scores=(0.0, 0.0))  # newer, but its date score never rose
+    _run(tmp_path, "worse", ended=5, scores=(0.3, 0.2))
+    assert pd.default_model(jobs) == "run:learned"
+    assert pd.compare_pair(jobs) == ("builtin:compact-mini", "run:learned")  # Compare shows the same run, before and after
+    _run(tmp_path, "chat-data", ended=1, dataset="builtin:instructions")  # not scored: nothing says it failed
+    assert pd.default_model(jobs) == "run:chat-data"
+
+
+def test_when_no_run_learned_the_page_opens_on_the_builtin_model(tmp_path):
+    jobs = JobManager(tmp_path)
+    _run(tmp_path, "gibberish", ended=10, scores=(0.0, 0.0))
+    assert pd.default_model(jobs) == "builtin:compact-mini"
 
 
 def test_a_date_run_is_single_turn_greedy_with_the_date_prompt(tmp_path):

@@ -59,7 +59,7 @@ def test_accuracy_bars_with_right_and_wrong_examples():
     html = task_html(EVENTS)
     assert "width:0.0%" in html and "width:75.0%" in html and ">75%<" in html and "100 test dates" in html
     assert html.index(">before<") < html.index(">after<")
-    assert html.count("✅") == 2 and html.count("❌") == 1  # two right answers (scored as the task does), then the wrong one
+    assert html.count("✔") == 2 and html.count("✖") == 1  # two right answers (scored as the task does), then the wrong one
     assert "&lt;script&gt;" in html and "<script>" not in html  # model outputs and prompts are escaped
     pt = task_html(EVENTS, "pt-BR")
     assert ">antes<" in pt and ">depois<" in pt and "o modelo disse" in pt and "Algumas respostas (depois)" in pt

@@ -27,8 +27,8 @@ def test_short_columns_in_both_languages():
     assert history_headers() == ["run", "method", "status", "started", "eval loss"] and len(HISTORY_COLUMNS) == 5
     assert history_headers("pt-BR") == ["treino", "método", "situação", "início", "loss aval."]
     assert all(len(word) <= 12 for h in history_headers("pt-BR") for word in h.split())  # short words: no header breaks mid-word
-    assert history_rows(jobs, now=NOW) == [["done", "lora", "✅ finished", "12 min ago", "1.235"], ["fresh", "—", "… starting", "—", "—"]]
-    assert history_rows(jobs, "pt-BR", now=NOW)[0] == ["done", "lora", "✅ concluído", "há 12 min", "1,235"]
+    assert history_rows(jobs, now=NOW) == [["done", "lora", "✔ finished", "12 min ago", "1.235"], ["fresh", "—", "… starting", "—", "—"]]
+    assert history_rows(jobs, "pt-BR", now=NOW)[0] == ["done", "lora", "✔ concluído", "há 12 min", "1,235"]
     table = history_table(jobs, "pt-BR")
     assert list(table.columns) == history_headers("pt-BR") and len(table) == 2
 
@@ -40,7 +40,7 @@ def test_when_a_run_started():
 
 def test_details_of_the_selected_run():
     text = run_details_md(DONE, "pt-BR")
-    assert text.startswith("**done** · ✅ concluído")
+    assert text.startswith("**done** · ✔ concluído")
     assert "- modelo base: `builtin:compact-mini`" in text and "- passos: 10 / 10" in text and "antes 0% → depois 75%" in text
     assert "- duração: 1 min 02 s" in text and "processo inteiro" in text and "- pode ser retomado: sim" in text
     jobs = SimpleNamespace(status=lambda name: DONE)

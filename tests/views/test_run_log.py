@@ -62,16 +62,16 @@ def test_the_log_renders_each_event_and_hides_server_folders():
         "data: 540 training examples, 60 for eval (0 rows dropped)",
         "step 120/1,000 · loss 1.234 · lr 0.0008 · 1,234 tokens/s · 0.52 GiB",
         "eval at step 200: loss 0.900 (perplexity 2.46)",
-        "🎯 date task (after): 75% right (75/100)",
-        "✅ finished: 1,000 steps in 1 min 17 s · loss at the last step 0.007 (mean over the run 0.500) · saved model/",
+        "◎ date task (after): 75% right (75/100)",
+        "✔ finished: 1,000 steps in 1 min 17 s · loss at the last step 0.007 (mean over the run 0.500) · saved model/",
     ]
     assert "/srv" not in text and "{'" not in text  # no server path, no raw Python dict
     pt = log_text(events, "pt-BR")
-    assert "🎯 tarefa das datas (depois): 75% de acertos (75/100)" in pt and "concluído: 1.000 passos em 1 min 17 s" in pt
+    assert "◎ tarefa das datas (depois): 75% de acertos (75/100)" in pt and "concluído: 1.000 passos em 1 min 17 s" in pt
     assert "loss no último passo 0,007 (média do treino 0,500)" in pt  # the last step's loss, and the mean named as the mean
     # a run recorded before the last step's loss was written: the mean, said to be the mean
     old = event_line({"type": "done", "steps": 10, "duration_s": 5, "final_loss": 0.489, "output": "model"}, "pt-BR")
     assert "loss média do treino 0,489" in old and "última" not in old
     assert len(log_text([PROGRESS] * 500).splitlines()) == 200  # the newest lines only
-    assert event_line({"type": "stopped", "step": 40, "checkpoint": "checkpoint-40"}, "pt-BR") == "⏸ parado no passo 40 (checkpoint checkpoint-40)"
-    assert event_line({"type": "error", "kind": "oom", "message": "CUDA out of memory"}) == "❌ error: CUDA out of memory"
+    assert event_line({"type": "stopped", "step": 40, "checkpoint": "checkpoint-40"}, "pt-BR") == "‖ parado no passo 40 (checkpoint checkpoint-40)"
+    assert event_line({"type": "error", "kind": "oom", "message": "CUDA out of memory"}) == "✖ error: CUDA out of memory"

@@ -27,7 +27,7 @@ def test_the_measurements_are_data_with_their_sources():
 
 def test_a_slow_first_run_gets_shorter_settings_with_time_here_and_accuracy(tmp_path):
     text = shorter_run_md(_running(tmp_path, per_step=7.0))  # the "about 59 min left"
-    assert text.startswith("⏱ This run needs **about") and "(7 s a step now)" in text
+    assert text.startswith("◷ This run needs **about") and "(7 s a step now)" in text
     assert "**250 steps**, sequence length 72, micro batch 16: about 32 min 10 s here, **~6%** correct" in text  # 250 x 7 s + 2 x 90 s
     assert "**350 steps**, sequence length 72, micro batch 16: about 43 min 50 s here, **~68%** correct" in text
     assert "**500 steps**, sequence length 72, micro batch 8: about 32 min 10 s here, **~44%** correct" in text

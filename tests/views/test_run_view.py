@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from engine.errors import JobError
 from engine.runs import RunSummary
 from engine.views.run_history import history_table
-from engine.views.run_view import can_try, loss_frame, opening_run, progress_html, run_buttons, run_choices, status_md, watched_outputs
+from engine.views.run_view import can_try, loss_frame, merge_applies, opening_run, progress_html, run_buttons, run_choices, status_md, watched_outputs
 
 
 def _run(**kw) -> RunSummary:
@@ -22,7 +22,7 @@ def _jobs(*runs: RunSummary) -> SimpleNamespace:
 
 def test_status_text_for_running_finished_and_failed_runs():
     running = status_md(_run(phase="training", step=3, max_steps=1000, last_loss=2.5, predicted_gib=0.1, measured_gib=0.73, device="cpu"))
-    assert running.startswith("### 🟢 r1: running — training")
+    assert running.startswith("### ● r1: running — training")
     assert "step **3 / 1,000** · loss **2.500**" in running
     # on a CPU: which number is the model's memory and which the whole process
     assert "predicted **0.10 GiB** for the model's training" in running and "**0.73 GiB** for the whole process" in running
@@ -36,7 +36,7 @@ def test_status_text_for_running_finished_and_failed_runs():
 def test_status_line_in_portuguese():
     s = _run(phase="scoring the date task (before)", step=1200, max_steps=2000, last_loss=1.2341, predicted_gib=0.1, measured_gib=0.73, device="cpu")
     text = status_md(s, "pt-BR")
-    assert text.startswith("### 🟢 r1: em andamento — medindo a tarefa das datas (antes)")
+    assert text.startswith("### ● r1: em andamento — medindo a tarefa das datas (antes)")
     assert "passo **1.200 / 2.000** · loss **1,234**" in text
     assert "previsão de **0,10 GiB** para o treino do modelo" in text and "**0,73 GiB** no pico do processo inteiro" in text
     done = status_md(_run(state="finished", output="model", task_scores={"before": 0.0, "after": 0.75}), "pt-BR")
@@ -106,6 +106,9 @@ def test_the_picked_runs_buttons_are_the_ones_that_apply(tmp_path):
     assert run_buttons(jobs, "oom") == (False, True, True, True)
     assert run_buttons(jobs, "nan") == (False, True, False, True)  # a smaller batch does not help a diverged loss
     assert run_buttons(jobs, "no-ckpt") == (False, True, False, True)  # Resume starts it again (the status says so)
+    # Merge the adapter: offered for a finished adapter run only, never for a full run (then refused) or a running one
+    runs["full"] = _run(path=tmp_path, state="finished", output="model")
+    assert [merge_applies(jobs, n) for n in ("done", "full", "going", "stopped", None, "gone")] == [True, False, False, False, False, False]
     assert run_buttons(jobs, None) == run_buttons(jobs, "gone") == (False, False, False, False)
 
 
@@ -125,7 +128,7 @@ def test_watched_outputs_none_without_a_readable_run(tmp_path):
     w = watched_outputs(jobs, "r", "pt-BR", log_scale=False, smoothing=0.5)
     assert w.status == status_md(run, "pt-BR") and w.progress == progress_html(run, run.last_progress, "pt-BR")
     assert list(w.plot["loss"]) == [2.0] and list(w.plot["kind"]) == ["treino"]
-    assert w.log.splitlines() == ["passo 10/100 · loss 2,000 · lr 0,0008", "🎯 tarefa das datas (antes): 0% de acertos (0/100)"]
+    assert w.log.splitlines() == ["passo 10/100 · loss 2,000 · lr 0,0008", "◎ tarefa das datas (antes): 0% de acertos (0/100)"]
     assert "antes" in w.task and w.raw_log == "" and w.running
     assert list(w.history.columns) == list(history_table(jobs, "pt-BR").columns)
 
