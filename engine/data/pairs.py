@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .preview import DataInspection
 
 CHOSEN_MARK, REJECTED_MARK = "✓", "✗"  # how the data check labels the two answers of a pair
-GOOD_MARK, BAD_MARK = "👍", "👎"  # and a KTO row's answer marked good or bad
+GOOD_MARK, BAD_MARK = "✔", "✖"  # and a KTO row's answer marked good or bad (text symbols: no emoji font needed)
 
 
 def render_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
@@ -200,7 +200,7 @@ def build_pair_data(cfg: TrainConfig, tokenizer: PreTrainedTokenizerBase, max_le
     if cfg.method == "kto":
         good = sum(1 for e in data.train if e["label"])
         if good in (0, len(data.train)):
-            raise DataError(key="preference.msg.one_label", source=display_name(records.source), which="👍" if good else "👎")
+            raise DataError(key="preference.msg.one_label", source=display_name(records.source), which=GOOD_MARK if good else BAD_MARK)
         # trl's KTO reads its rows in order (each row's KL answer is its neighbour's): a shuffle here keeps a file's
         # order (all good answers first, or a pair's two answers side by side) from reaching a batch
         random.Random(cfg.seed).shuffle(data.train)
@@ -243,7 +243,7 @@ def inspect_pairs(cfg: TrainConfig, records: RecordSet, tokenizer: PreTrainedTok
                   lang: str = "en") -> DataInspection:
     """The data check of a DPO/ORPO/KTO/GRPO run: the first rows exactly as the trainer gets them (a pair: the prompt,
     then ✓ the chosen and ✗ the rejected answer, each as the template continues the prompt; a KTO row: the prompt, then
-    👍 or 👎 and the answer; a GRPO prompt: the text the model continues and the reference answer the rewards compare
+    ✔ or ✖ and the answer; a GRPO prompt: the text the model continues and the reference answer the rewards compare
     with), the length histogram and the dropped rows, in `lang`."""
     from .preview import DataInspection
     from .tokenize import length_histogram

@@ -12,7 +12,7 @@ Pairs come as people bring them:
 - a prompt in another column (Orca-style ``question``): every row says which mapping to type (``prompt=question``).
 - a top-level ``system`` field becomes the system turn.
 
-Labelled completions: ``prompt`` + ``completion`` + ``label`` (true/false, 1/0, good/bad, 👍/👎, yes/no …).
+Labelled completions: ``prompt`` + ``completion`` + ``label`` (true/false, 1/0, good/bad, thumbs up/down emoji, yes/no …).
 Reasons a row is dropped are keyed (`Phrase`), shown in the visitor's language.
 """
 
@@ -29,9 +29,9 @@ from .messages import ROLE_ALIASES, as_text, norm_messages, with_system
 # Columns that hold a pair's prompt in public datasets (Orca pairs: question); offered as `prompt=COLUMN`.
 PROMPT_COLUMNS = ("question", "instruction", "input", "query", "prompt_text", "user", "pergunta", "problem")
 # What a label cell may say, lower-cased (a feedback export's words, trl's booleans, spreadsheet 1/0)
-GOOD_LABELS = {"true", "1", "1.0", "yes", "y", "good", "👍", "+1", "up", "thumbs_up", "thumbsup", "thumbs up", "positive", "pos",
+GOOD_LABELS = {"true", "1", "1.0", "yes", "y", "good", "\U0001F44D", "+1", "up", "thumbs_up", "thumbsup", "thumbs up", "positive", "pos",
                "desirable", "chosen", "accepted", "like", "liked", "sim", "bom", "boa", "positivo"}
-BAD_LABELS = {"false", "0", "0.0", "-1", "no", "n", "bad", "👎", "down", "thumbs_down", "thumbsdown", "thumbs down", "negative", "neg",
+BAD_LABELS = {"false", "0", "0.0", "-1", "no", "n", "bad", "\U0001F44E", "down", "thumbs_down", "thumbsdown", "thumbs down", "negative", "neg",
               "undesirable", "rejected", "dislike", "disliked", "não", "nao", "ruim", "negativo"}
 # Columns a feedback export names its good/bad mark with: read as the label when every value is one (`label_column`)
 LABEL_COLUMNS = ("label", "thumbs", "thumb", "thumbs_up", "feedback", "rating", "is_good", "good", "liked", "desirable", "kto_label")
@@ -56,7 +56,7 @@ def parse_label(row: dict[str, Any], key: str = "label") -> bool:
 
 def label_column(rows: list[dict[str, Any]]) -> str | None:
     """The column of prompt/completion rows that marks each answer good or bad (every value a label: true/false,
-    👍/👎, up/down ...), by the names feedback exports use; None when there is none."""
+    thumbs emoji, up/down ...), by the names feedback exports use; None when there is none."""
     for name in LABEL_COLUMNS:
         values = [row[name] for row in rows[:500] if name in row]
         if values and len(values) == len(rows[:500]):

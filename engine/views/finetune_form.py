@@ -157,7 +157,7 @@ def card_prediction(cfg: TrainConfig, card: str, runs_dir: Path | None = None, l
     # what that card must hold: the estimate with that card's own CUDA context (or runtime, on a CPU card) in place of the calibration's
     need = (est.resident_gib if tier.kind != "cpu" else est.total_gib) - est.breakdown_gib.get("CUDA context", 0.0) + tier.cuda_context_gib
     verdict = fit_verdict(need, tier.usable_gib)
-    word = {"fits": "✅ ", "tight": "⚠ ", "no": "❌ "}[verdict] + t(f"finetune.predict.verdict.{verdict}", lang)
+    word = {"fits": "✔ ", "tight": "⚠ ", "no": "✖ "}[verdict] + t(f"finetune.predict.verdict.{verdict}", lang)
     return t("right_first_try.card_prediction", lang, card=name, need=fmt_number(round(need, 2), lang), usable=fmt_number(round(tier.usable_gib, 1), lang, 1),
              dtype=dtype, word=word)
 

@@ -26,14 +26,14 @@ def test_benchmarks_from_the_page_on_a_run_offline(runs_dir):
         with pytest.raises(Exception, match="needs about"):
             client.predict("Qwen/Qwen2.5-72B-Instruct", ["dates_mc"], 2, "none", 4, True, api_name="/bench_start")
         status, *_ = client.predict("run:bench-page", ["dates_mc"], 2, "auto", 4, True, api_name="/bench_start")
-        assert status.startswith("⏳")
+        assert status.startswith("◷")
         deadline = time.time() + 300
         while time.time() < deadline:
             status, table, bars, _timer = client.predict("run:bench-page", api_name="/bench_results")
-            if not status.startswith("⏳"):
+            if not status.startswith("◷"):
                 break
             time.sleep(1)
-    assert status.startswith("✅"), status
+    assert status.startswith("✔"), status
     assert table["headers"] == ["Task", "Metric", "Before (base): builtin:compact-mini", "After: run:bench-page", "Change"]
     row = table["data"][0]
     assert row[0] == "dates_mc" and row[1] == "acc" and "±" in row[2] and "±" in row[3]

@@ -149,8 +149,8 @@ def test_kto_data_check_and_refusals_in_both_languages(tmp_path):
     tok = corpus_tokenizer()
     cfg = TrainConfig(method="kto", dataset="builtin:feedback", max_seq_len=256)
     ins = inspect_pairs(cfg, load_records("builtin:feedback"), tok, "o tokenizador", lang="pt-BR")
-    assert "respostas rotuladas" in ins.summary and "👍" in ins.summary
-    assert ins.preview[0]["text"].endswith("\n👍 2022-07-11<|end|>") or "\n👍 2022-07-11" in ins.preview[0]["text"]
+    assert "respostas rotuladas" in ins.summary and "✔" in ins.summary
+    assert ins.preview[0]["text"].endswith("\n✔ 2022-07-11<|end|>") or "\n✔ 2022-07-11" in ins.preview[0]["text"]
     with pytest.raises(DataError) as err:
         build_pair_data(TrainConfig(method="kto", dataset="builtin:dates"), tok, 128)
     assert err.value.key == "preference.msg.needs_labelled" and "builtin:feedback" in err.value.render("pt-BR")

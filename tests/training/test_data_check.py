@@ -59,4 +59,4 @@ def test_the_check_names_unused_columns_and_the_split_in_the_visitors_language(t
         inspect_dataset(TrainConfig(method="full", dataset=str(labelled)), tmp_path / "runs", lang="pt-BR")
     assert "'label'" in err.value.render("pt-BR") and "kto" in err.value.render("pt-BR")
     ins = inspect_dataset(TrainConfig(method="kto", dataset=str(labelled), max_seq_len=64), tmp_path / "runs", lang="pt-BR")
-    assert "4 respostas rotuladas" in ins.summary and "👎" in ins.preview[1]["text"]
+    assert "4 respostas rotuladas" in ins.summary and "✖" in ins.preview[1]["text"]
