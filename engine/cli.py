@@ -1,4 +1,4 @@
-"""Command line: `python -m engine estimate|train|generate|prepare-builtin|ship-example|merge|export-gguf|push|runs`.
+"""Command line: `python -m engine estimate|train|generate|prepare-builtin|ship-example|merge|mix|export-gguf|push|runs`.
 
 Every flag is generated from the config dataclasses (engine/config.py): the flag's help is the field's
 help text, choices come from its Literal type, and values are validated by the same __post_init__ the UI
@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .config import GenerationSettings, GgufSettings, QuantSettings, TrainConfig
+from .config import GenerationSettings, GgufSettings, MixConfig, QuantSettings, TrainConfig
 from .errors import EngineError, Phrase, RunStopped, to_json
 from .fields import field_specs, from_dict, from_flat, to_dict
 
@@ -274,6 +274,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mix(args: argparse.Namespace) -> int:
+    from .training.mix_job import mix_command
+
+    return mix_command(_given(args, MixConfig), args.run_dir)
+
+
 def cmd_export_gguf(args: argparse.Namespace) -> int:
     from .export.gguf_run import export_ref_gguf, zip_export
     from .refs import default_runs_dir
@@ -396,6 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zip", action="store_true", help="Also pack the export folder into one zip beside it.")
     add_dataclass_args(p, GgufSettings)
     p.set_defaults(func=cmd_export_gguf)
+
+    p = sub.add_parser("mix", help="Mix the adapters of two or more finished LoRA runs on one base into a new run (TIES, DARE, SVD...).")
+    p.add_argument("--run-dir", default=None, help="Make the mix prepared in this run folder (how the app starts it).")
+    add_dataclass_args(p, MixConfig)
+    p.set_defaults(func=cmd_mix)
 
     p = sub.add_parser(
         "push", help="Push a finished run's adapter, merged model or model to the Hugging Face Hub, with a model card.",
