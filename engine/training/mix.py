@@ -39,10 +39,9 @@ import yaml
 from ..config import MIX_EQUAL_RANK_METHODS, MixConfig, QuantSettings, TrainConfig
 from ..errors import ConfigError, Phrase
 from ..fields import from_dict, to_dict
-from ..runs import EventLog, atomic_replace_dir, atomic_write_text, load_config, read_events, run_path, save_config, summarize
+from ..runs import MIX_FILE, EventLog, atomic_replace_dir, atomic_write_text, load_config, read_events, run_path, save_config, summarize
 from .jobs import run_is_alive
 
-MIX_FILE = "mix.yaml"  # the MixConfig of a mixed run; its presence marks the run as a mix
 MIX_ADAPTER = "mix"  # the new adapter's name inside the peft model while it is built
 
 
