@@ -25,11 +25,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.config import MixConfig, QuantSettings, TrainConfig  # noqa: E402
+from engine.config import QuantSettings, TrainConfig  # noqa: E402
 from engine.data.build import build_train_data  # noqa: E402
 from engine.data.files import SAMPLES_DIR  # noqa: E402
 from engine.fields import field_specs  # noqa: E402
 from engine.inference.tasks import date_items, evaluate_task  # noqa: E402
+from engine.mix_config import MixConfig  # noqa: E402
 from engine.models.loading import load_model  # noqa: E402
 from engine.refs import default_runs_dir  # noqa: E402
 from engine.runs import load_config, summarize  # noqa: E402

@@ -18,7 +18,7 @@ ENGINE = ROOT / "engine"
 # Layers, bottom to top: a module may import its own layer and the layers below, never above.
 LAYERS = [
     {"errors", "fields", "i18n", "refs", "sharing", "objectives"},
-    {"config"},
+    {"config", "mix_config"},  # mix_config: MixConfig (issue 34), one of the form classes config.py lists
     {"runs", "hardware"},
     {"models", "data", "estimator", "space"},  # space: the demo limits size a base model through models.references
     {"training", "inference"},

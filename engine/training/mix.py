@@ -34,11 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
-from ..config import MIX_EQUAL_RANK_METHODS, MixConfig, QuantSettings, TrainConfig
+from ..config import QuantSettings, TrainConfig
 from ..errors import ConfigError, Phrase
 from ..fields import from_dict, to_dict
+from ..mix_config import MIX_EQUAL_RANK_METHODS, MixConfig
 from ..runs import MIX_FILE, EventLog, atomic_replace_dir, atomic_write_text, load_config, read_events, run_path, save_config, summarize
 from .jobs import run_is_alive
 
@@ -206,7 +208,9 @@ def run_mix(run_dir: Path, runs_dir: Path) -> dict[str, Any]:
         print(f"warning: {warning}", flush=True)
     first = plan.parents[0]
     events.write("phase", phase=f"loading {first.cfg.base_model}")
-    loaded = load_model(f"run:{first.name}", plan.quant or QuantSettings(mode="none"), runs_dir=runs_dir, allow_local_paths=True, device=device)
+    # on a CPU in fp32, as a merge is (engine/export/merge.py): the adapters combine and score without bf16 rounding
+    loaded = load_model(f"run:{first.name}", plan.quant or QuantSettings(mode="none"), runs_dir=runs_dir, allow_local_paths=True, device=device,
+                        dtype=torch.float32 if device.kind == "cpu" and plan.quant is None else None)
     model, names = loaded.model, ["default"]
     for i, parent in enumerate(plan.parents[1:], start=1):
         model.load_adapter(str(parent.adapter_dir), adapter_name=f"p{i}", is_trainable=False)

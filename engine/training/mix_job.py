@@ -16,9 +16,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..config import MixConfig
 from ..errors import EngineError, JobError, Phrase
 from ..fields import from_dict
+from ..mix_config import MixConfig
 from ..runs import EventLog, atomic_write_text, run_path
 from .jobs import JobManager, proc_start_time
 from .mix import plan_mix, run_mix, write_mix_run

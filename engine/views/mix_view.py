@@ -15,9 +15,9 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import MIX_DENSITY_METHODS, MixConfig
 from ..errors import EngineError, for_people
 from ..i18n import fmt_number, t
+from ..mix_config import MIX_DENSITY_METHODS, MixConfig
 from ..runs import read_events, run_path
 
 if TYPE_CHECKING:

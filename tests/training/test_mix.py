@@ -13,8 +13,9 @@ import pytest
 import torch
 from conftest import finish_run
 
-from engine.config import MixConfig, TrainConfig
+from engine.config import TrainConfig
 from engine.errors import ConfigError
+from engine.mix_config import MixConfig
 from engine.models.references import builtin_model_dir
 from engine.runs import load_config, summarize
 from engine.training.mix import mix_scores, plan_mix, read_mix, run_mix, write_mix_run
@@ -92,7 +93,7 @@ def test_each_method_makes_a_run_the_playground_loads_and_generates_with(runs, c
     enc = loaded.tokenizer("Converta a data 05/09/2023", return_tensors="pt")
     out = loaded.model.generate(**enc, max_new_tokens=3, do_sample=False)
     assert out.shape[1] == enc["input_ids"].shape[1] + 3
-    mixed, a, b = deltas(run_dir / "adapter"), deltas(runs / "dates-a" / "adapter"), deltas(runs / "instr-b" / "adapter")
+    mixed, a = deltas(run_dir / "adapter"), deltas(runs / "dates-a" / "adapter")
     assert mixed.keys() == a.keys()
     assert all(torch.count_nonzero(d) > 0 for d in mixed.values())
     assert any(not torch.allclose(mixed[k], a[k], atol=1e-5) for k in a)  # a mix, not a copy of the first parent
