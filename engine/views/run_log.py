@@ -64,6 +64,8 @@ PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^merging the adapter of (?P<what>.+) into its base"), "finetune.phase.merging_adapter"),
     (re.compile(r"^loss (?P<loss>[\d.]+) reached the stop-at-loss threshold (?P<threshold>[\d.]+)"), "finetune.phase.stop_at_loss"),
     (re.compile(r"^early stopping"), "finetune.phase.early_stop"),
+    (re.compile(r"^mixing the adapters of (?P<what>.+) with (?P<how>\w+)$"), "mix.phase.mixing"),  # a mix job (engine/training/mix.py)
+    (re.compile(r"^scoring the date task on (?P<what>.+)$"), "mix.phase.scoring"),
 ]
 
 

@@ -4,43 +4,20 @@ field in both languages; QLoRA with LoRA is mixed on the 16-bit base with a warn
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import finish_run
+from conftest import make_lora_parent as make_parent
 
-from engine.config import TrainConfig
 from engine.errors import ConfigError
 from engine.mix_config import MixConfig
-from engine.models.references import builtin_model_dir
 from engine.runs import load_config, summarize
 from engine.training.mix import mix_scores, plan_mix, read_mix, run_mix, write_mix_run
 
 BASE = "builtin:compact-mini"
-
-
-def make_parent(runs: Path, name: str, *, r: int = 4, seed: int = 1, method: str = "lora", base: str = BASE, dora: bool = False,
-                done: bool = True) -> Path:
-    """A finished LoRA run on the session's compact-mini with random (non-zero) adapter weights."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    base_dir = builtin_model_dir("compact-mini", runs)
-    model = AutoModelForCausalLM.from_pretrained(base_dir)
-    torch.manual_seed(seed)
-    peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, target_modules="all-linear", init_lora_weights=False, use_dora=dora))
-    run_dir = runs / name
-    shutil.rmtree(run_dir, ignore_errors=True)
-    peft_model.save_pretrained(run_dir / "adapter")
-    AutoTokenizer.from_pretrained(base_dir).save_pretrained(run_dir / "adapter")
-    cfg = TrainConfig(method=method, base_model=base, dataset="builtin:dates" if seed == 1 else "builtin:instructions", run_name=name)
-    cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, r=r, alpha=2 * r))
-    finish_run(run_dir, cfg, done=done)
-    return run_dir
 
 
 def deltas(adapter_dir: Path) -> dict[str, torch.Tensor]:
@@ -199,3 +176,59 @@ def test_qlora_with_lora_is_mixed_on_the_16_bit_base_with_a_warning(runs):
     shutil.rmtree(runs / "mix-q-lora")
     both = plan_mix(MixConfig(parents="q-h,q-i"), runs)  # two QLoRA runs: the mix stays QLoRA, no warning
     assert both.quant is not None and both.quant.mode == "4bit" and not both.warnings
+
+
+# ---- the mix as a job: the CLI in a subprocess, the app's job manager, one job at a time, only your own runs ----
+
+def _cli(runs: Path, *args: str):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COMPACT_LAB_RUNS": str(runs), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.run([sys.executable, "-m", "engine", "mix", *args], capture_output=True, text=True, env=env, timeout=600,
+                          cwd=Path(__file__).resolve().parents[2])
+
+
+def test_the_cli_mixes_into_a_finished_run_and_refuses_with_the_field_named(runs):
+    from engine.export.card import model_card
+
+    done = _cli(runs, "--parents", "dates-a,instr-b", "--combination", "dare_ties", "--weights", "1,0.5", "--density", "0.7", "--no-score",
+                "--run-name", "cli-mix")
+    assert done.returncode == 0, done.stderr[-2000:]
+    s = summarize(runs / "cli-mix", alive=False)
+    assert s.state == "finished" and s.output == "adapter" and (runs / "cli-mix" / "adapter" / "adapter_model.safetensors").exists()
+    assert read_mix(runs / "cli-mix").weights == "1,0.5"
+    card = model_card(runs / "cli-mix", "adapter", "someone/cli-mix")
+    assert "mixing the adapters of 2 runs with **dare_ties**" in card and "| dates-a |" in card and "density 0.7" in card
+    refused = _cli(runs, "--parents", "dates-a", "--run-name", "cli-refused")
+    assert refused.returncode == 2 and "Runs to mix (parents)" in refused.stderr and not (runs / "cli-refused").exists()
+
+
+def test_the_job_manager_mixes_in_a_subprocess_one_job_at_a_time_and_only_your_runs(runs):
+    import os
+    import time
+
+    from engine.errors import JobError
+    from engine.training.jobs import JobManager, proc_start_time
+    from engine.training.mix_job import start_mix
+
+    jobs = JobManager(runs)
+    busy = runs / "dates-a" / "pid"  # a run that looks alive: no mix beside it
+    busy.write_text(f"{os.getpid()} {proc_start_time(os.getpid()) or ''}\n")
+    try:
+        with pytest.raises(JobError, match="busy"):
+            start_mix(jobs, MixConfig(parents="dates-a,instr-b", score=False, run_name="job-busy"))
+    finally:
+        busy.unlink()
+    assert not (runs / "job-busy").exists()
+    with pytest.raises(JobError, match="you can mix only your own runs"):
+        start_mix(JobManager(runs, owner_only=True), MixConfig(parents="dates-a,instr-b", score=False), owner="someone")
+    name, warnings = start_mix(jobs, MixConfig(parents="dates-a,instr-b", combination="svd", score=False, run_name="job-mix"), owner="me")
+    assert name == "job-mix" and warnings == [] and (runs / name / "owner").exists()
+    deadline = time.time() + 300
+    while time.time() < deadline and jobs.status(name).state in ("running", "created"):
+        time.sleep(0.5)
+    s = jobs.status(name)
+    assert s.state == "finished", (runs / name / "train.log").read_text()[-2000:]
+    assert jobs.may_control(name, "me") and not s.restartable
