@@ -37,9 +37,9 @@ from engine.runs import load_config, summarize  # noqa: E402
 
 BASE = "builtin:compact-mini"
 PARENTS = {
-    "bench-dates": ["--dataset", "builtin:dates", "--learning-rate", "3e-3", "--max-steps", "250", "--max-seq-len", "72",
+    "bench-dates": ["--dataset", "builtin:dates", "--learning-rate", "3e-3", "--max-steps", "90", "--max-seq-len", "72",
                     "--micro-batch-size", "16", "--lr-scheduler", "linear"],
-    "bench-instr": ["--dataset", "builtin:instructions", "--learning-rate", "2e-3", "--max-steps", "80", "--max-seq-len", "128",
+    "bench-instr": ["--dataset", "builtin:instructions", "--learning-rate", "2e-3", "--max-steps", "40", "--max-seq-len", "128",
                     "--micro-batch-size", "8"],
 }
 METHODS = [c for c in field_specs(MixConfig) if c.name == "combination"][0].choices

@@ -81,3 +81,17 @@ def test_a_mix_sits_beside_its_parents_with_the_date_task_and_the_benchmarks(tmp
     assert "mixes dates + instr with **ties**, density 0.5, rank 8" in mix_view.mix_note(jobs, "mixed", "en")
     assert mix_view.side_by_side(jobs, "dates", "en") == ([], [])  # not a mix
     assert mix_view.mix_note(jobs, "dates", "pt-BR").startswith("Escolha um treino misturado")
+
+
+def test_a_mix_is_never_resumed_as_a_training_run(tmp_path):
+    from engine.errors import JobError
+    from engine.runs import summarize
+    from engine.views.run_control import resume_run
+
+    mix = _mix_run(tmp_path, "failed-mix", "a,b")
+    (mix / "events.jsonl").write_text(json.dumps({"type": "start", "time": 1.0}) + "\n" + json.dumps({"type": "error", "time": 2.0, "message": "x"}) + "\n")
+    s = summarize(mix, alive=False)
+    assert s.state == "failed" and not s.restartable and not s.resumable and s.dataset == "mix of a + b (ties)"
+    with pytest.raises(JobError) as info:
+        resume_run(JobManager(tmp_path), "failed-mix", None)
+    assert "mix its runs again" in info.value.render("en") and "misture de novo" in info.value.render("pt-BR")
