@@ -31,7 +31,9 @@ def mix_panel() -> SimpleNamespace:
     spec = {s.name: s for s in field_specs(MixConfig)}
     with gr.Accordion(T("mix.ui.title"), open=False, elem_id="mix-panel") as accordion:
         gr.Markdown(T("mix.ui.intro"))
-        parents = gr.Dropdown(choices=[], value=[], multiselect=True, max_choices=MAX_PARENTS, elem_id="mix-parents", **_field("parents"))
+        # filled when the panel opens (this visitor's runs); any name is checked by the engine (it exists, is finished, is theirs)
+        parents = gr.Dropdown(choices=[], value=[], multiselect=True, max_choices=MAX_PARENTS, allow_custom_value=True, elem_id="mix-parents",
+                              **_field("parents"))
         runs_note = gr.Markdown(elem_id="mix-runs-note")
         with gr.Row():
             weights = [gr.Slider(-2.0, 2.0, value=1.0, step=0.05, label=T("mix.ui.weight"), visible=False, min_width=140, elem_id=f"mix-weight-{i}")
