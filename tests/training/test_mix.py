@@ -202,7 +202,7 @@ def test_the_cli_mixes_into_a_finished_run_and_refuses_with_the_field_named(runs
     card = model_card(runs / "cli-mix", "adapter", "someone/cli-mix")
     assert "mixing the adapters of 2 runs with **dare_ties**" in card and "| dates-a |" in card and "density 0.7" in card
     refused = _cli(runs, "--parents", "dates-a", "--run-name", "cli-refused")
-    assert refused.returncode == 2 and "Runs to mix (parents)" in refused.stderr and not (runs / "cli-refused").exists()
+    assert refused.returncode == 2 and "parents = 'dates-a' is not allowed: two or more" in refused.stderr and not (runs / "cli-refused").exists()
 
 
 def test_the_job_manager_mixes_in_a_subprocess_one_job_at_a_time_and_only_your_runs(runs):
