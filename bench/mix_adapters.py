@@ -73,7 +73,9 @@ def answer_loss(model, examples: list[dict]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dates", type=int, default=100, help="held-out dates scored (100: the whole test split)")
+    parser.add_argument("--dates", type=int, default=100, help="held-out dates whose answer loss is measured (100: the whole test split)")
+    parser.add_argument("--accuracy-dates", type=int, default=100, help="held-out dates answered for the exact-match accuracy (generation: slow)")
+    parser.add_argument("--only", default="", help="score only these models (comma-separated names, base included), e.g. to split the work")
     args = parser.parse_args()
     runs = default_runs_dir()
     t0 = time.time()
@@ -98,9 +100,12 @@ def main() -> None:
     instr_eval = build_train_data(instr_cfg, tok, instr_cfg.max_seq_len).evals
     dates_cfg = TrainConfig(method="lora", base_model=BASE, dataset=str(SAMPLES_DIR / "dates_test.jsonl"), eval_fraction=0.0, max_seq_len=72)
     date_test = build_train_data(dates_cfg, tok, 72).train[: args.dates]
-    items = date_items("test", args.dates)
+    items = date_items("test", args.accuracy_dates)
     rows = []
+    only = {n.strip() for n in args.only.split(",") if n.strip()}
     for label, adapter in [("base", None), *adapters.items()]:
+        if only and label not in only:
+            continue
         t1 = time.time()
         if adapter is None:
             with model.disable_adapter():
@@ -112,9 +117,9 @@ def main() -> None:
             dl, il = answer_loss(model, date_test), answer_loss(model, instr_eval)
         rows.append({"model": label, "date_accuracy": acc, "date_answer_loss": dl, "instruction_answer_loss": il})
         print(json.dumps(rows[-1]), f"({time.time() - t1:.0f} s)", flush=True)
-    print(f"\n{len(items)} held-out dates, {len(instr_eval)} held-out instructions; weights {WEIGHTS}, density {DENSITY}; "
+    print(f"\n{len(items)} held-out dates answered, {len(date_test)} date answers and {len(instr_eval)} held-out instructions scored; weights {WEIGHTS}, density {DENSITY}; "
           f"{time.time() - t0:.0f} s in all on {loaded.device.name}\n")
-    print("| model | date task (exact match) | date answers, loss | held-out instructions, loss |")
+    print(f"| model | date task (exact match, {len(items)} dates) | date answers, loss | held-out instructions, loss |")
     print("|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {100 * r['date_accuracy']:.0f}% | {r['date_answer_loss']:.3f} | {r['instruction_answer_loss']:.3f} |")
