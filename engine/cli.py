@@ -1,4 +1,4 @@
-"""Command line: `python -m engine estimate|train|generate|prepare-builtin|ship-example|merge|bench|export-gguf|push|runs`.
+"""Command line: `python -m engine estimate|train|generate|prepare-builtin|ship-example|merge|mix|bench|export-gguf|push|runs`.
 
 Every flag is generated from the config dataclasses (engine/config.py): the flag's help is the field's
 help text, choices come from its Literal type, and values are validated by the same __post_init__ the UI
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .cli_flags import add_dataclass_args, flag, given_fields, merge_flat
-from .config import BenchConfig, GenerationSettings, QuantSettings, TrainConfig
+from .config import BenchConfig, GenerationSettings, MixConfig, QuantSettings, TrainConfig
 from .errors import EngineError, RunStopped
 from .fields import from_dict, from_flat, to_dict
 
@@ -203,6 +203,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run(from_flat(BenchConfig, given_fields(args, BenchConfig)))
 
 
+def cmd_mix(args: argparse.Namespace) -> int:
+    from .training.mix_job import mix_command
+
+    return mix_command(given_fields(args, MixConfig), args.run_dir)
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     from .refs import default_runs_dir
     from .training.jobs import JobManager
@@ -271,6 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "results per task in <run>/benchmarks/results/ or <runs>/_benchmarks/. Needs requirements-eval.txt.")
     add_dataclass_args(p, BenchConfig)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("mix", help="Mix the adapters of two or more finished LoRA runs on one base into a new run (TIES, DARE, SVD...).")
+    p.add_argument("--run-dir", default=None, help="Make the mix prepared in this run folder (how the app starts it).")
+    add_dataclass_args(p, MixConfig)
+    p.set_defaults(func=cmd_mix)
 
     add_export_parsers(sub)
 

@@ -16,6 +16,7 @@ from typing import Literal
 from . import i18n
 from .errors import ConfigError
 from .fields import field_texts, opt, settings_markdown, validate
+from .mix_config import MixConfig
 from .objectives import OBJECTIVE_METHODS, REWARD_METHODS, parse_rewards
 from .refs import BUILTIN_PREFIX, check_hub_config, check_hub_ref, check_split, is_folder_safe_name, is_hub_ref, parse_columns
 from .sharing import check_remote_code
@@ -563,7 +564,7 @@ class BenchConfig:
 
 # The dataclasses the web form and the CLI are generated from: their English labels and help become the language files'
 # `field.*` keys (engine/i18n.py), translated in presets/lang/pt-BR.yaml.
-FORM_CLASSES: list[type] = [TrainConfig, MemoryQuery, GenerationSettings, GgufSettings, QuantSettings, BenchConfig]
+FORM_CLASSES: list[type] = [TrainConfig, MemoryQuery, GenerationSettings, GgufSettings, QuantSettings, BenchConfig, MixConfig]
 i18n.register_fields(field_texts(FORM_CLASSES))
 
 if __name__ == "__main__":  # python -m engine.config > docs/settings.md (tests/test_field_help.py checks it is up to date)

@@ -9,6 +9,7 @@ A run is a folder under the runs directory:
                   checkpoint-N/   resumable Trainer checkpoints (complete once trainer_state.json parses)
                   adapter/ | model/   the final output, renamed into place only when complete
                   STOP            written by whoever asks the run to stop (the run saves and exits)
+                  mix.yaml        only in a run that mixes other runs' adapters (engine/training/mix.py)
 
 Built-in compact models are pretrained once into <runs>/_builtin/<preset>/ (same layout).
 The runs directory is `$COMPACT_LAB_RUNS` if set, else ./runs (Colab's launcher points it at Drive): engine/refs.py
@@ -38,6 +39,7 @@ _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 # Where the Trainer writes a checkpoint before it is renamed to <run>/checkpoint-N (engine/training/trainer.py): a
 # process killed mid-save (a Colab disconnect) leaves its half-written folder here, never under a name resume reads.
 CHECKPOINT_STAGING = ".checkpoint-staging"
+MIX_FILE = "mix.yaml"  # a run made by mixing other runs' adapters (engine/training/mix.py): never resumed as a training run
 
 
 def run_path(runs_dir: Path, name: str) -> Path:
@@ -360,4 +362,15 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
     # No checkpoint (a run that failed while loading, or was stopped before its first save): nothing to resume from, but
     # Resume starts it again from step 0 with the same config; the page says which of the two it will do.
     summary.restartable = summary.state in ("stopped", "failed", "killed") and not summary.resumable and (run_dir / "config.yaml").exists()
+    if (run_dir / MIX_FILE).exists():  # a mix: its "data" are its parents, and a failed one is mixed again, not trained
+        summary.restartable = summary.resumable = False
+        summary.dataset = _mix_parents(run_dir / MIX_FILE) or summary.dataset
     return summary
+
+
+def _mix_parents(path: Path) -> str:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return ""
+    return f"mix of {' + '.join(str(data.get('parents', '')).split(','))} ({data.get('combination', '?')})" if isinstance(data, dict) else ""

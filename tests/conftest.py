@@ -505,3 +505,26 @@ def gen_api_values(**overrides: Any) -> list[Any]:
 
     values = {**{s.name: s.default for s in field_specs(GenerationSettings)}, "max_new_tokens": 2, "do_sample": False, **overrides}
     return [values[s.name] for s in field_specs(GenerationSettings)]
+
+
+def make_lora_parent(runs: Path, name: str, *, r: int = 4, seed: int = 1, method: str = "lora", base: str = "builtin:compact-mini",
+                     dora: bool = False, done: bool = True) -> Path:
+    """A finished LoRA run on `runs`' built-in compact-mini with random (non-zero) adapter weights, its config.yaml a TrainConfig
+    and its events those of a finished run (tests of mixing adapters: tests/training/test_mix.py, tests/app/test_mix_app.py)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from engine.config import TrainConfig
+
+    base_dir = builtin_model_dir("compact-mini", runs)
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
+    torch.manual_seed(seed)
+    peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, target_modules="all-linear", init_lora_weights=False, use_dora=dora))
+    run_dir = runs / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    peft_model.save_pretrained(run_dir / "adapter")
+    AutoTokenizer.from_pretrained(base_dir).save_pretrained(run_dir / "adapter")
+    cfg = TrainConfig(method=method, base_model=base, dataset="builtin:dates" if seed == 1 else "builtin:instructions", run_name=name)
+    cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, r=r, alpha=2 * r))
+    finish_run(run_dir, cfg, done=done)
+    return run_dir

@@ -18,7 +18,7 @@ ENGINE = ROOT / "engine"
 # Layers, bottom to top: a module may import its own layer and the layers below, never above.
 LAYERS = [
     {"errors", "fields", "cli_flags", "i18n", "refs", "sharing", "objectives", "benchmarks"},  # benchmarks: the curated task list (data); cli_flags: flags from the fields
-    {"config"},
+    {"config", "mix_config"},  # mix_config: MixConfig (issue 34), one of the form classes config.py lists
     {"runs", "hardware", "run_access"},  # run_access: the one gate for what may be done with a run (beside runs)
     {"models", "data", "estimator", "space", "space_limits"},  # space: the demo limits size a base model through models.references
     {"training", "inference"},

@@ -14,6 +14,7 @@ from ui.errors import ui_errors
 from ui.finetune_form import finetune_details, finetune_settings, form_handlers
 from ui.finetune_run import FOLLOW_LOG_JS, push_panel, resume_banner, run_actions, run_exports, run_handlers, watched_run
 from ui.language import T, lang_of
+from ui.mix import mix_panel, wire_mix
 from ui.queues import GPU, JOBS, QUIET
 from ui.session import mark_run_refs
 from ui.widgets import form_update
@@ -38,6 +39,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
         with gr.Column(scale=3):
             exp = run_exports()
             push_panel(jobs, act.run_pick, owner)
+            mix = mix_panel()
             # five short columns on one line each (no word broken mid-word; a phone scrolls the table sideways); the rest of a
             # run's facts show on select
             history = gr.Dataframe(headers=[T(f"finetune.history.col.{c}") for c in run_history.HISTORY_COLUMNS], interactive=False,
@@ -122,6 +124,7 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
         return run_view.status_md(jobs.status(name), lang_of(request))
 
     gr.api(ui_errors(run_status), api_name="run_status")
+    wire_mix(mix, jobs, owner, watched, run_pick, wake)
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": rh.on_load, "init_owner": rh.init_owner,
             "owner": owner, "predict": fh.on_predict, "form_inputs": inputs, "predict_inputs": [card, *inputs], "prediction": f.prediction, "card": card,
             "offer": rh.on_offer, "offer_outputs": banner.outputs, "try_btn": act.try_btn, "try_run": run_pick, "wake": wake}

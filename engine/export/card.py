@@ -168,7 +168,8 @@ def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = 
 
     name = repo_id.split("/")[-1]
     dataset = str(cfg.get("dataset") or "")
-    tags = ["compact-llm-lab", method or "fine-tuned"]
+    mix = _read_mix(run_dir)  # a mix of other runs' adapters (engine/training/mix.py): its card says so instead of a training recipe
+    tags = ["compact-llm-lab", method or "fine-tuned"] + (["adapter-mix", str(mix.get("combination", ""))] if mix else [])
     if lora_like:
         tags += ["lora"] + (["peft"] if is_adapter else ["merged-lora"])
     if gguf_file:
@@ -200,6 +201,10 @@ def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = 
                      "into its weights (`merge_and_unload`), so this is a plain model that needs no peft.")
     else:
         lines.append(f"A full fine-tune (every weight trained) of {base_desc} on {data_desc}.")
+    if mix:
+        lines[-1] = (f"A {lora_name} {'adapter' if is_adapter else 'fine-tune'} for {base_desc} made by mixing the adapters of "
+                     f"{len(mix['parents'])} runs with **{mix['combination']}** (peft's `add_weighted_adapter`)"
+                     + ("." if is_adapter else ", then merged into a copy of the base (a plain model that needs no peft)."))
     lines += ["", "Trained with Compact LLM Lab (memory estimation, QLoRA/LoRA/full fine-tuning and generation on small GPUs and CPUs)."]
     if is_adapter and not is_hub_model_id(base_ref):
         public = public_ref(base_ref)
@@ -241,7 +246,10 @@ def model_card(run_dir: Path, what: str, repo_id: str, *, license: str | None = 
         rows.append(("eval data", _describe_data(str(cfg["eval_dataset"]), split=str(cfg.get("eval_split", "")))))
     elif cfg.get("eval_fraction"):
         rows.append(("eval data", f"{cfg['eval_fraction']:.0%} of the training data held out"))
-    lines += ["", "## Training", "", "| setting | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in rows]]
+    if mix:
+        lines += _mix_section(run_dir, mix, events)
+    else:
+        lines += ["", "## Training", "", "| setting | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in rows]]
 
     # -- results
     evals = [e for e in events if e.get("type") == "eval"]
@@ -311,4 +319,44 @@ def _other_formats(repo: str, run: str, gguf_file: str | None, is_adapter: bool)
               'session = ort.InferenceSession("model.onnx")  # model.onnx.data must sit beside it',
               'tokenizer = AutoTokenizer.from_pretrained(".")', 'ids = tokenizer("Hello", return_tensors="np")["input_ids"]',
               'logits = session.run(["logits"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0]', "```"]
+    return lines
+
+
+def _read_mix(run_dir: Path) -> dict[str, Any]:
+    """A mixed run's mix.yaml (parents as a list), {} for any other run."""
+    from ..runs import MIX_FILE
+
+    try:
+        data = yaml.safe_load((Path(run_dir) / MIX_FILE).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    if not isinstance(data, dict) or not data.get("parents"):
+        return {}
+    return {**data, "parents": [p.strip() for p in str(data["parents"]).split(",") if p.strip()]}
+
+
+def _mix_section(run_dir: Path, mix: dict[str, Any], events: list[dict[str, Any]]) -> list[str]:
+    """The card's "Mix" section: each parent (its data and weight), the method and its settings, and the date-task
+    accuracy of the base, each parent and the mix as the mix job measured them."""
+    weights = [w.strip() for w in str(mix.get("weights") or "").split(",") if w.strip()] or ["1"] * len(mix["parents"])
+    mixed = next((e for e in events if e.get("type") == "mix"), {})
+    scores = {str(e.get("run")): e.get("accuracy") for e in events if e.get("type") == "mix_score"}
+    base = next((e.get("accuracy") for e in events if e.get("type") == "task_score" and e.get("when") == "before"), None)
+    rows = []
+    for parent, weight in zip(mix["parents"], weights, strict=False):
+        cfg = read_run_config(Path(run_dir).parent / parent)
+        data = _describe_data(str(cfg.get("dataset") or ""), cfg.get("hub_config", ""), cfg.get("hub_split", "")) if cfg else "—"
+        acc = scores.get(parent)
+        rows.append(f"| {parent} | {cfg.get('method', '—') if cfg else '—'} on {data} | {weight} | {'—' if acc is None else f'{acc:.0%}'} |")
+    mine = scores.get(Path(run_dir).name)
+    settings = [f"method **{mix.get('combination')}**"]
+    if mix.get("combination") in ("ties", "dare_linear", "dare_ties"):
+        settings.append(f"density {mix.get('density')}")
+    if mixed.get("rank") is not None:
+        settings.append(f"rank {mixed['rank']}")
+    lines = ["", "## Mix", "", "Parents (runs of Compact LLM Lab on the same base), " + ", ".join(settings) + ":", "",
+             "| parent | trained as | weight | date-to-ISO accuracy |", "|---|---|---|---|", *rows]
+    if base is not None or mine is not None:
+        lines += ["", f"Date-to-ISO accuracy, measured together by the mix: base {'—' if base is None else f'{base:.0%}'}, "
+                  f"this mix {'—' if mine is None else f'{mine:.0%}'}."]
     return lines

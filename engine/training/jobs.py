@@ -217,8 +217,7 @@ class JobManager:
             check_before_start(cfg, self.runs_dir)  # refusals before side effects: a refused config leaves no folder
             run_dir.mkdir(parents=True, exist_ok=True)
             save_config(run_dir, cfg)
-            if owner:
-                atomic_write_text(run_dir / run_access.OWNER_FILE, run_access.owner_hash(owner) + "\n")
+            self.record_owner(run_dir, owner)
             if waits:
                 waiting.enqueue(run_dir, resume=False)
                 self._supervise()
@@ -332,20 +331,32 @@ class JobManager:
         cmd = [*head, "engine", "train", "--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir)]
         if resume:
             cmd.append("--resume")
-        env = child_env(os.environ)  # shared mode: no Hub token for a visitor's run
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        env["COMPACT_LAB_RUNS"] = str(self.runs_dir)
-        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         (run_dir / "STOP").unlink(missing_ok=True)
-        env["COMPACT_LAB_LAUNCHED_AT"] = repr(time.time())  # a STOP written after this is for this process (train.py)
-        with open(run_dir / "train.log", "ab") as logf:
-            logf.write(f"\n=== {datetime.now().isoformat(timespec='seconds')} {' '.join(cmd[1:])}\n".encode())
-            logf.flush()
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO_ROOT), env=env, start_new_session=True)
-        atomic_write_text(run_dir / "pid", f"{proc.pid} {proc_start_time(proc.pid) or ''}\n")
-        self._procs[run_dir.name] = proc
+        self.spawn(run_dir, cmd, env={"COMPACT_LAB_LAUNCHED_AT": repr(time.time())})  # a STOP written after this is for this process
         if space.demo_mode() or self.queue:
             self._supervise()
+
+    def spawn(self, run_dir: Path, cmd: list[str], *, log_name: str = "train.log", pid_name: str = "pid", key: str | None = None,
+              env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start `cmd` for `run_dir` in a new session (output to `<run>/log_name`, pid in `<run>/pid_name`; shared mode: no Hub token)."""
+        path = str(REPO_ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+        full = {"PYTHONUNBUFFERED": "1", **child_env(os.environ), **(env or {}), "COMPACT_LAB_RUNS": str(self.runs_dir), "PYTHONPATH": path}
+        with open(run_dir / log_name, "ab") as logf:
+            logf.write(f"\n=== {datetime.now().isoformat(timespec='seconds')} {' '.join(cmd[1:])}\n".encode())
+            logf.flush()
+            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO_ROOT), env=full,
+                                    start_new_session=True)
+        atomic_write_text(run_dir / pid_name, f"{proc.pid} {proc_start_time(proc.pid) or ''}\n")
+        self._procs[key or run_dir.name] = proc
+        return proc
+
+    @property
+    def lock(self) -> threading.Lock:  # held while a job starts (a run, a merge, a mix: engine/training/mix_job.py)
+        return self._lock
+
+    def record_owner(self, run_dir: Path, owner: str | None) -> None:  # `<run>/owner`, hashed (the module docstring)
+        if owner:
+            atomic_write_text(run_dir / run_access.OWNER_FILE, run_access.owner_hash(owner) + "\n")
 
     def stop(self, name: str, *, wait: bool = True) -> RunSummary:
         """Ask the run to save and stop; kill its process tree if it does not exit in time."""
@@ -428,20 +439,9 @@ class JobManager:
                 raise JobError(key="message.jobs.merge_unfinished", name=name)
             run_dir = summary.path
             cmd = [self.python, "-m", "engine", "merge", name, "--device", device, "--dtype", dtype]
-            env = child_env(os.environ)  # shared mode: no Hub token in a visitor's merge either
-            env.setdefault("PYTHONUNBUFFERED", "1")
-            env["COMPACT_LAB_RUNS"] = str(self.runs_dir)
-            env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-            if device == "cpu":
-                env["CUDA_VISIBLE_DEVICES"] = ""  # no CUDA context (0.3-1.3 GiB) on a card the merge must not use
             (run_dir / MERGE_EVENTS).unlink(missing_ok=True)  # the page shows this merge's events, not an earlier one's
-            with open(run_dir / "merge.log", "ab") as logf:
-                logf.write(f"\n=== {datetime.now().isoformat(timespec='seconds')} {' '.join(cmd[1:])}\n".encode())
-                logf.flush()
-                proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO_ROOT), env=env,
-                                        start_new_session=True)
-            atomic_write_text(run_dir / MERGE_PID, f"{proc.pid} {proc_start_time(proc.pid) or ''}\n")
-            self._procs[MERGE_PREFIX + name] = proc
+            self.spawn(run_dir, cmd, log_name="merge.log", pid_name=MERGE_PID, key=MERGE_PREFIX + name,  # cpu: no CUDA context on the card
+                       env={"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else None)
 
     def merge_events(self, name: str) -> list[dict]:
         """The events of the run's latest merge (merge_start, merge_done or merge_error), oldest first."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EngineError, JobError, for_people
 from ..i18n import fmt_number, t
-from ..runs import run_path
+from ..runs import MIX_FILE, run_path
 from .uploads import export_path
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ def resume_run(jobs: JobManager, name: str | None, owner: str | None, lang: str 
     to show says which."""
     name = _require(name, "pick_resume")
     jobs.check_control(name, owner, "resume")
+    if (run_path(jobs.runs_dir, name) / MIX_FILE).exists():  # a mix of adapters is mixed again, never "resumed" as a training run
+        raise JobError(key="mix.no_resume", name=name)
     from_checkpoint = jobs.status(name).resumable  # read before the relaunch writes its first events
     jobs.resume(name)
     return t("finetune.control.resuming" if from_checkpoint else "run_restart.resuming", lang, name=name)

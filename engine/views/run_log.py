@@ -77,6 +77,8 @@ PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^early stopping"), "finetune.phase.early_stop"),
     (re.compile(r"^KTO: (?P<good>\d+) good and (?P<bad>\d+) bad answers; loss weights (?P<good_weight>[\d.]+) and (?P<bad_weight>[\d.]+)$"),
      "preference.msg.kto_weights"),
+    (re.compile(r"^mixing the adapters of (?P<what>.+) with (?P<how>\w+)$"), "mix.phase.mixing"),  # a mix job (engine/training/mix.py)
+    (re.compile(r"^scoring the date task on (?P<what>.+)$"), "mix.phase.scoring"),
 ]
 
 
