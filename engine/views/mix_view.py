@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError, for_people
 from ..i18n import fmt_number, t
+from ..inference.harness import read_results
 from ..mix_config import MIX_DENSITY_METHODS, MixConfig
 from ..runs import read_events, run_path
 
@@ -62,8 +63,9 @@ def _metric(results: dict[str, Any]) -> float | None:
 
 
 def benchmark_scores(run_dir: Path) -> dict[str, float]:
-    """The benchmark scores a run has in `<run>/benchmarks/*.json`: lm-evaluation-harness output (`results`: task ->
-    metrics, the first metric of METRIC_ORDER it reports) or a flat `{"task": score}` mapping. Unreadable files are left out."""
+    """The benchmark scores a run has: the Benchmarks tab's results (`<run>/benchmarks/results/<task>.json`, its metric's
+    value), and any `<run>/benchmarks/*.json`: lm-evaluation-harness output (`results`: task -> metrics, the first metric
+    of METRIC_ORDER it reports) or a flat `{"task": score}` mapping. Unreadable files are left out."""
     out: dict[str, float] = {}
     folder = Path(run_dir) / BENCHMARKS_DIR
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -78,6 +80,10 @@ def benchmark_scores(run_dir: Path) -> dict[str, float]:
             score = _metric(value) if isinstance(value, dict) else value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
             if score is not None and math.isfinite(score):
                 out[str(task)] = float(score)
+    for task, result in read_results(folder).items():  # the Benchmarks tab's own results (engine/inference/harness.py), per task
+        value = result.get("value")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[task] = float(value)
     return out
 
 

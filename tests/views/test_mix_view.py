@@ -95,3 +95,22 @@ def test_a_mix_is_never_resumed_as_a_training_run(tmp_path):
     with pytest.raises(JobError) as info:
         resume_run(JobManager(tmp_path), "failed-mix", None)
     assert "mix its runs again" in info.value.render("en") and "misture de novo" in info.value.render("pt-BR")
+
+
+def test_the_benchmarks_tab_results_of_parents_and_mix_sit_side_by_side(tmp_path):
+    """What the Benchmarks tab wrote (engine/inference/harness.py: <run>/benchmarks/results/<task>.json) is a column here."""
+    from engine.inference.harness import result_path
+
+    jobs = JobManager(tmp_path)
+    _run(tmp_path, "dates", after=0.8)
+    _run(tmp_path, "instr", after=None)
+    mix = _mix_run(tmp_path, "mixed", "dates,instr", weights="1,1")
+    EventLog(mix / "events.jsonl").write("mix_score", run="mixed", accuracy=0.5)
+    for run, value in (("dates", 0.9), ("mixed", 0.7)):
+        path = result_path(tmp_path / run / "benchmarks", "dates_mc")
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"task": "dates_mc", "metric": "acc", "value": value, "stderr": 0.03, "n": 100}))
+    headers, rows = mix_view.side_by_side(jobs, "mixed", "en")
+    assert headers[-1] == "dates_mc"
+    by_model = {row[0]: row[-1] for row in rows}
+    assert by_model["dates"] == "90 %" and by_model["mixed"] == "70 %" and by_model["instr"] == "not scored yet"
