@@ -69,6 +69,18 @@ def _dpo(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, tra
                callbacks=callbacks)
 
 
+class CountedPairTokens:
+    """Mixed into trl's ORPOTrainer: its batches hold chosen_input_ids and rejected_input_ids (prompt included) but no
+    input_ids, which the Trainer's token count looks for, so the run's log had no tokens/s. Counts the tokens of both
+    answers' rows (their attention masks) as the Trainer counts SFT's."""
+
+    def training_step(self, model: Any, inputs: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        masks = [inputs[k] for k in ("chosen_attention_mask", "rejected_attention_mask") if k in inputs]
+        if masks and "input_ids" not in inputs:
+            self.state.num_input_tokens_seen += int(sum(int(m.sum()) for m in masks))
+        return super().training_step(model, inputs, *args, **kw)
+
+
 def _orpo(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, train: Any, evals: Any, callbacks: list,
           mixins: tuple[type, ...]) -> Any:
     from trl.experimental.orpo import ORPOConfig, ORPOTrainer
@@ -83,7 +95,7 @@ def _orpo(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, tr
                       remove_columns=ds.column_names)
 
     config = ORPOConfig(**args, beta=cfg.beta, max_length=cfg.max_seq_len, max_completion_length=cfg.max_seq_len)
-    cls = type("RunORPOTrainer", (*mixins, ORPOTrainer), {})
+    cls = type("RunORPOTrainer", (*mixins, CountedPairTokens, ORPOTrainer), {})
     return cls(model=model, args=config, train_dataset=texts(train), eval_dataset=texts(evals) if evals is not None else None,
                processing_class=tokenizer, callbacks=callbacks)
 
