@@ -48,15 +48,15 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     method_only = [form[n] for n in shown]
     for n, comp in zip(shown, method_only, strict=True):  # read when the page is built; toggled below
         comp.visible = shown[n]
-    # picking dpo/orpo/grpo fills in the settings measured for it (engine/views/finetune_form.py METHOD_DEFAULTS)
-    measured = sorted({n for values in finetune_form.METHOD_DEFAULTS.values() for n in values})
+    # picking dpo/orpo/grpo fills in the settings measured for it, and the newest run that learned the task as the base
+    measured = sorted({n for values in finetune_form.METHOD_DEFAULTS.values() for n in values} | {"base_model"})
 
     def on_method_shown(method):  # also when a preset or the estimator's handoff sets the method
         visible = finetune_form.visible_fields(method)
         return [gr.update(visible=visible[n]) for n in shown]
 
     def on_method_picked(method):  # a person picked it: the measured settings of dpo/orpo/grpo
-        values = finetune_form.method_values(method)
+        values = finetune_form.method_values(method, jobs)
         return [gr.update(value=values[n]) if n in values else gr.skip() for n in measured]
     # every 2 s, and asleep when nothing moves (on_tick): each tick costs the browser about 0.1-0.2 s of CPU whatever it
     # carries, which a 2-core laptop takes from the training (bench/watch_cost.py)

@@ -95,7 +95,7 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
                                                     runs_dir=jobs.runs_dir, allow_local_models=allow_local_models)
 
     def on_predict(request: gr.Request, upload_path, *vals):
-        return finetune_form.prediction_or_warning(lambda: config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request))
+        return finetune_form.prediction_or_warning(lambda: config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request), jobs=jobs)
 
     @ui_errors
     def on_start(request: gr.Request, owner_v, upload_path, *vals):

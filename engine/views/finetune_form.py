@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -19,6 +19,9 @@ from ..objectives import OBJECTIVE_METHODS
 from ..runs import config_yaml
 from .offline import hub_id_of, needs_internet_now, offline_note
 from .uploads import keep_upload
+
+if TYPE_CHECKING:
+    from ..training.jobs import JobManager
 
 # The form's sections, in the order of its inputs (main fields, then the Training, LoRA, Run and Data accordions): the
 # API's order, kept as it was. The page shows them in FT_TOP's order first (what a person chooses: model, method, data,
@@ -69,10 +72,18 @@ def visible_fields(method: str) -> dict[str, bool]:
     return shown
 
 
-def method_values(method: str) -> dict[str, Any]:
+def method_values(method: str, jobs: JobManager | None = None) -> dict[str, Any]:
     """The values the form sets when a person picks `method`: METHOD_DEFAULTS for dpo/orpo/grpo (the measured settings),
-    nothing for the others (their form defaults stay)."""
-    return dict(METHOD_DEFAULTS.get(method, {}))
+    nothing for the others (their form defaults stay). With `jobs`, the newest finished run that learned the date task
+    becomes the base (engine/views/preference_base.py): these methods refine a model that does the task."""
+    values = dict(METHOD_DEFAULTS.get(method, {}))
+    if values and jobs is not None:
+        from .preference_base import learned_run
+
+        run = learned_run(jobs)
+        if run is not None:
+            values["base_model"] = f"run:{run.name}"
+    return values
 # The offline first run: fully fine-tune the built-in compact model (shipped pretrained: no pretraining first) on the
 # scored date task. max_seq_len 72 holds every date row whole (50-69 tokens with its tokenizer; at 64, 170 of the 600
 # rows lost the end of their answer and its end token, which capped accuracy at ~75% even after 1000 steps).
@@ -154,15 +165,20 @@ def memory_prediction(cfg: TrainConfig, runs_dir: Path | None = None, lang: str 
     return f"{head}\n\n{line} · {where}" + ("" if verdict == "fits" else " — " + t("finetune.predict.make_it_fit", lang)), verdict
 
 
-def prediction_or_warning(config: Callable[[], TrainConfig], runs_dir: Path | None = None, lang: str = "en") -> str:
+def prediction_or_warning(config: Callable[[], TrainConfig], runs_dir: Path | None = None, lang: str = "en", jobs: JobManager | None = None) -> str:
     """memory_prediction's text for the config that config() makes; an engine error (making the config or predicting)
-    as a warning line instead, in `lang`: the prediction updates as the form changes and never raises."""
+    as a warning line instead, in `lang`: the prediction updates as the form changes and never raises. With `jobs`, a
+    preference method's base is judged too (engine/views/preference_base.py `base_note`: what it scores on the date task)."""
     try:
         cfg = config()
         text = memory_prediction(cfg, runs_dir, lang)[0]
     except EngineError as exc:
         return f"⚠ {exc.render(lang)}"
     notes = [offline_note(ref, lang) for ref in models_to_download(cfg)]  # offline: said before Start, with the alternative
+    if jobs is not None:
+        from .preference_base import base_note
+
+        notes.append(base_note(cfg, jobs, lang))
     return "\n\n".join([*filter(None, notes), text])
 
 

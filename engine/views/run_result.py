@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..i18n import fmt_number, t
 from ..objectives import MISTAKES_DATASET, OBJECTIVE_METHODS, REWARD_METHODS
+from .run_log import fmt_plain
 
 if TYPE_CHECKING:
     from ..runs import RunSummary
@@ -53,7 +54,7 @@ def _reward_line(events: Sequence[dict[str, Any]], lang: str) -> str:
     rewards = [float(ev["reward_mean"]) for ev in events if ev.get("type") == "progress" and ev.get("reward_mean") is not None]
     if len(rewards) < 2:
         return ""
-    return t("pref_run.reward_trend", lang, first=fmt_number(round(rewards[0], 3), lang, 3), last=fmt_number(round(rewards[-1], 3), lang, 3))
+    return t("pref_run.reward_trend", lang, first=fmt_plain(rewards[0], lang, 3), last=fmt_plain(rewards[-1], lang, 3))
 
 
 def headline_md(s: RunSummary, events: Sequence[dict[str, Any]], lang: str = "en") -> str:
