@@ -33,6 +33,9 @@ CONFIGS: dict[str, list[str]] = {
                         "--micro-batch-size", "8", "--max-seq-len", "128", "--max-steps", "150"],
     "dpo-mistakes-5e-5": [*DPO_MISTAKES, "--learning-rate", "5e-5", "--max-steps", "100"],
     "dpo-mistakes-1.5e-4": [*DPO_MISTAKES, "--learning-rate", "1.5e-4", "--max-steps", "100"],
+    # measured twice: before and after the fix of trl's ORPO tokenization (engine/training/preference.py PretokenizedORPOPairs)
+    "orpo-mistakes-2e-4": ["--method", "orpo", "--dataset", "builtin:date-mistakes", "--beta", "0.1", "--micro-batch-size", "8", "--max-seq-len", "72",
+                           "--learning-rate", "2e-4", "--max-steps", "100"],
 }
 
 
