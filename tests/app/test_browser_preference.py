@@ -65,7 +65,8 @@ def test_a_preference_method_from_the_forms_defaults_in_portuguese(tmp_path):
         page.locator("#ft-panel-button").click()
         method = page.locator("#TrainConfig-method input")
         method.click()
-        page.get_by_role("option", name=_pt(f"text.choice.TrainConfig.method.{METHOD}"), exact=True).click()
+        key = f"text.choice.TrainConfig.method.{METHOD}"  # a method with no human name is listed by its own (ui/widgets.py)
+        page.get_by_role("option", name=_pt(key) if _pt(key) != key else METHOD, exact=True).click()
         # the newest run that learned the task becomes the base, the measured data the data
         page.wait_for_function("(v) => document.querySelector('#TrainConfig-base_model input').value === v", arg=f"run:{SFT}", timeout=30_000)
         label = _pt(next(key for key, ref in dataset_choices() if ref == data))
