@@ -24,6 +24,7 @@ from engine.config import TrainConfig
 from engine.runs import EventLog, read_events, save_config
 from engine.views.choices import dataset_choices
 from engine.views.finetune_form import METHOD_DEFAULTS
+from engine.views.run_history import state_text
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install chromium); .ci/run installs it")]
@@ -78,8 +79,10 @@ def test_a_preference_method_from_the_forms_defaults_in_portuguese(tmp_path):
         steps.fill("10")  # the only change from the form's defaults: a short run
         steps.press("Tab")
         page.locator("#finetune-start").click()
+        done = state_text("finished", "pt-BR")  # the new run's own state (the page watched the finished SFT run before Start)
         try:
-            page.locator("#finetune-try").wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
+            page.wait_for_function("([m, d]) => { const t = document.querySelector('#finetune-status').innerText; return t.includes(m) && t.includes(d); }",
+                                   arg=[f"{METHOD}-", done], timeout=RUN_TIMEOUT_MS)
         except playwright_api.TimeoutError:
             pytest.fail("the run did not finish in time; the panel said: " + page.locator("#ft-panel").inner_text()[:2000])
         # the headline that applies: the date task in plain words (a gain, no clear change or a loss), or the held-out pairs
