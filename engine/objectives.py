@@ -16,6 +16,9 @@ OBJECTIVE_METHODS = PREFERENCE_METHODS + REWARD_METHODS
 # The built-in reward functions of GRPO, chosen by name (never code from the user); engine/training/rewards.py
 # implements them (a test checks that the two lists agree).
 REWARD_NAMES = ("dates", "date_parts", "format", "length")
+# The built-in dataset of preference pairs made when a run starts, from its starting model's own mistakes on the date
+# task (engine/training/mistake_data.py); not a file, so the data layer never reads it by this name.
+MISTAKES_DATASET = "builtin:date-mistakes"
 
 
 def parse_rewards(spec: str, field: str = "reward") -> list[tuple[str, float]]:
@@ -44,4 +47,4 @@ def parse_rewards(spec: str, field: str = "reward") -> list[tuple[str, float]]:
     return out
 
 
-__all__ = ["OBJECTIVE_METHODS", "PREFERENCE_METHODS", "REWARD_METHODS", "REWARD_NAMES", "parse_rewards"]
+__all__ = ["MISTAKES_DATASET", "OBJECTIVE_METHODS", "PREFERENCE_METHODS", "REWARD_METHODS", "REWARD_NAMES", "parse_rewards"]

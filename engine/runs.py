@@ -310,7 +310,7 @@ def summarize(run_dir: Path, alive: bool) -> RunSummary:
         elif t == "phase":
             summary.phase = ev.get("phase", "")
             summary.phase_since, summary.phase_progress = ev.get("time"), None
-        elif t == "task_progress":
+        elif t in ("task_progress", "mistakes_progress"):  # a phase's own progress (answers so far)
             summary.phase_progress = ev
         elif t == "progress":
             summary.last_progress = ev

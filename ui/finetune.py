@@ -16,7 +16,7 @@ from ui.finetune_run import FOLLOW_LOG_JS, push_panel, resume_banner, run_action
 from ui.language import T, lang_of
 from ui.mix import mix_panel, wire_mix
 from ui.queues import GPU, JOBS, QUIET
-from ui.session import mark_run_refs
+from ui.session import mark_run_refs, session_key
 from ui.widgets import form_update
 
 
@@ -55,8 +55,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     method_only = [form[n] for n in shown]
     for n, comp in zip(shown, method_only, strict=True):  # read when the page is built; toggled below
         comp.visible = shown[n]
-    # picking dpo/orpo/grpo fills in the settings measured for it (engine/views/finetune_form.py METHOD_DEFAULTS)
-    measured = sorted({n for values in finetune_form.METHOD_DEFAULTS.values() for n in values})
+    # picking dpo/orpo/grpo fills in the settings measured for it, and the newest run that learned the task as the base
+    measured = sorted({n for values in finetune_form.METHOD_DEFAULTS.values() for n in values} | {"base_model"})
 
     form["method"].info = T(f"method_help.{finetune_form.FT_DEFAULTS['method']}")  # the picked method's line (what it needs, does)
 
@@ -64,8 +64,8 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
         visible = finetune_form.visible_fields(method)
         return [gr.update(info=finetune_form.method_help(method, lang_of(request))), *[gr.update(visible=visible[n]) for n in shown]]
 
-    def on_method_picked(method):  # a person picked it: the measured settings of dpo/orpo/grpo
-        values = finetune_form.method_values(method)
+    def on_method_picked(method, owner_v, request: gr.Request):  # a person picked it: the measured settings of dpo/orpo/kto/grpo
+        values = finetune_form.method_values(method, jobs, session_key(owner_v, request))
         return [form_update(form[n], values[n]) if n in values else gr.skip() for n in measured]
     # every 2 s, and asleep when nothing moves (on_tick): each tick costs the browser about 0.1-0.2 s of CPU whatever it
     # carries, which a 2-core laptop takes from the training (bench/watch_cost.py)
@@ -104,19 +104,19 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     exp.gguf_btn.click(rh.on_gguf, [run_pick, exp.gguf_type, owner], [exp.download, exp.gguf_note], api_name="export_gguf", **GPU)
     more.show_cmd.click(fh.on_show_cmd, inputs, [more.command], api_name="show_command")
     more.preset_btn.click(fh.on_preset, [more.preset, *inputs], [more.preset_note, *form.values()], api_name="apply_preset").then(
-        fh.on_predict, [card, *inputs], [f.prediction], **QUIET)
+        fh.on_predict, [card, owner, *inputs], [f.prediction], **QUIET)
     timer.tick(rh.on_tick, [*poll_inputs, seen], [*poll_outputs, seen, timer], **QUIET).then(None, None, None, js=FOLLOW_LOG_JS, queue=False,
                                                                                            api_visibility="private")
     view.log_scale.input(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     view.smoothing.release(rh.on_poll, poll_inputs, poll_outputs, **QUIET, api_visibility="private")
     form["method"].change(on_method_shown, [form["method"]], [form["method"], *method_only], **QUIET, api_visibility="private")
-    form["method"].input(on_method_picked, [form["method"]], [form[n] for n in measured], **QUIET, api_visibility="private")
+    form["method"].input(on_method_picked, [form["method"], owner], [form[n] for n in measured], **QUIET, api_visibility="private")
     # offline: a Hub base model shows the way to the built-in one (the prediction above says why)
     form["base_model"].change(lambda m: gr.update(visible=offline.needs_internet_now(m)), [form["base_model"]], [f.use_builtin], **QUIET,
                               api_visibility="private")
     f.use_builtin.click(lambda: gr.update(value=offline.OFFLINE_MODEL), None, [form["base_model"]], **QUIET, api_visibility="private")
     for comp in [*form.values(), card]:
-        comp.change(fh.on_predict, [card, *inputs], [f.prediction], **QUIET)
+        comp.change(fh.on_predict, [card, owner, *inputs], [f.prediction], **QUIET)
 
     def run_status(name: str, request: gr.Request) -> str:
         """A run's state, progress and (while it waits in line) its place and expected wait, in the visitor's language."""
@@ -126,5 +126,5 @@ def build_finetune(jobs: JobManager, upload_dir: Path, allow_local_models: bool 
     gr.api(ui_errors(run_status), api_name="run_status")
     wire_mix(mix, jobs, owner, watched, run_pick, wake)
     return {"form": form, "watched": watched, "run_pick": run_pick, "history": history, "on_load": rh.on_load, "init_owner": rh.init_owner,
-            "owner": owner, "predict": fh.on_predict, "form_inputs": inputs, "predict_inputs": [card, *inputs], "prediction": f.prediction, "card": card,
+            "owner": owner, "predict": fh.on_predict, "form_inputs": inputs, "predict_inputs": [card, owner, *inputs], "prediction": f.prediction, "card": card,
             "offer": rh.on_offer, "offer_outputs": banner.outputs, "try_btn": act.try_btn, "try_run": run_pick, "wake": wake}

@@ -103,8 +103,9 @@ def form_handlers(jobs: JobManager, upload_dir: Path, allow_local_models: bool, 
         return finetune_form.train_config_from_form(dict(zip(names, vals, strict=True)), upload_path, eval_path, upload_dir=uploads_of(upload_dir, request),
                                                     runs_dir=jobs.runs_dir, allow_local_models=allow_local_models)
 
-    def on_predict(request: gr.Request, card, upload_path, *vals):  # card: the estimator's planned card (a gr.State), None before a hand-off
-        return finetune_form.prediction_or_warning(lambda: config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request), card)
+    def on_predict(request: gr.Request, card, owner_v, upload_path, *vals):  # card: the estimator's planned card (a gr.State), None before a hand-off
+        return finetune_form.prediction_or_warning(lambda: config_of(request, upload_path, *vals), jobs.runs_dir, lang_of(request), card, jobs=jobs,
+                                                   owner=session_key(owner_v, request))
 
     @ui_errors
     def on_start(request: gr.Request, owner_v, upload_path, *vals):

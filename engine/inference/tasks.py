@@ -182,7 +182,7 @@ def evaluate_task(
 
     template = None if getattr(tokenizer, "chat_template", None) else DEFAULT_CHAT_TEMPLATE
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    eos_ids = _eos_ids(model, tokenizer)
+    eos_ids = eos_ids_of(model, tokenizer)
     device = next(model.parameters()).device
     was_training = model.training
     outputs: list[str] = []
@@ -211,7 +211,7 @@ def evaluate_task(
     return score_outputs(items, outputs)
 
 
-def _eos_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+def eos_ids_of(model: Any, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The tokenizer's eos plus any eos the model's generation config declares (some chat models end
     turns with a token other than their tokenizer's eos)."""
     ids: list[int] = []

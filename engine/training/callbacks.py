@@ -80,14 +80,17 @@ class EventsCallback(TrainerCallback):
         if "eval_loss" in logs:
             loss = logs["eval_loss"]
             self.last_eval = (state.global_step, loss)
-            self._write("eval", step=state.global_step, eval_loss=loss, perplexity=_ppl(loss))
+            # DPO/ORPO/KTO: how often the chosen answer wins on the held-out pairs (the headline of a run on pairs)
+            extra = {ours: _finite(logs[f"eval_{theirs}"]) for theirs, ours in OBJECTIVE_METRICS.items() if f"eval_{theirs}" in logs}
+            self._write("eval", step=state.global_step, eval_loss=loss, perplexity=_ppl(loss), **extra)
             return
         if "loss" not in logs:
             return
         done = state.global_step - self.step0
         elapsed = now - self.t0
         eta = (elapsed / done) * (state.max_steps - state.global_step) if done > 0 else None
-        tokens = state.num_input_tokens_seen
+        # trl's DPO and GRPO count their tokens themselves (`num_tokens`: their batches hold no input_ids to count)
+        tokens = state.num_input_tokens_seen or int(logs.get("num_tokens") or 0)
         dt = max(now - self.last_t, 1e-9)
         tok_s = (tokens - self.last_tokens) / dt
         self.last_t, self.last_tokens = now, tokens

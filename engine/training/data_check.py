@@ -18,7 +18,7 @@ from ..data.formats import RecordSet, load_records, record_texts
 from ..data.preview import DataInspection, inspect_records
 from ..errors import ModelLoadError
 from ..i18n import fmt_number, t
-from ..objectives import OBJECTIVE_METHODS
+from ..objectives import MISTAKES_DATASET, OBJECTIVE_METHODS
 
 # The check tokenizes every row it looks at: beyond this many it checks the first ones and says so (a 200,000-row file
 # cost about a minute of server CPU per click; the run itself still reads every row).
@@ -53,6 +53,8 @@ def inspect_dataset(cfg: TrainConfig, runs_dir: Path, n_preview: int = 3, lang: 
     CHECK_ROWS rows of a larger dataset, with a note), in `lang`."""
     from ..models.tokenizer import ensure_chat_template
 
+    if cfg.dataset == MISTAKES_DATASET:  # pairs made when the run starts: the prompts the base model will answer
+        return _inspect_mistake_prompts(cfg, runs_dir, n_preview, lang)
     records, evals = _checked_records(cfg)  # the data check's refusals first (check_data: what Start checks too)
     if len(records) > CHECK_ROWS:
         total = len(records)
@@ -66,6 +68,23 @@ def inspect_dataset(cfg: TrainConfig, runs_dir: Path, n_preview: int = 3, lang: 
 
         return inspect_pairs(cfg, records, tokenizer, which_text, n_preview, lang)
     return inspect_records(cfg, records, evals, tokenizer, which_text, n_preview, lang)
+
+
+def _inspect_mistake_prompts(cfg: TrainConfig, runs_dir: Path, n_preview: int, lang: str) -> DataInspection:
+    """The check of builtin:date-mistakes (engine/training/mistake_data.py): its pairs do not exist before the run, so
+    it shows the date prompts the base model will answer, each with the expected date (the chosen side of its pairs)."""
+    from ..data.pairs import inspect_pairs
+    from ..inference.mistakes import N_PROMPTS
+    from ..models.tokenizer import ensure_chat_template
+
+    cfg = dataclasses.replace(cfg, dataset="builtin:dates")
+    records = train_records(cfg)
+    records = dataclasses.replace(records, records=records.records[:N_PROMPTS], rows=records.rows[:N_PROMPTS],
+                                  notes=[*records.notes, t("pref_run.check.mistakes", lang, n=fmt_number(N_PROMPTS, lang), base=cfg.base_model)])
+    tokenizer, which = _tokenizer_for(cfg, runs_dir, record_texts(records))
+    ensure_chat_template(tokenizer)
+    which_text = t("finetune.check.which_trained", lang) if which is None else t("finetune.check.which_model", lang, model=which)
+    return inspect_pairs(dataclasses.replace(cfg, method="grpo"), records, tokenizer, which_text, n_preview, lang)
 
 
 def _tokenizer_for(cfg: TrainConfig, runs_dir: Path, texts: list[str]) -> tuple[Any, str | None]:

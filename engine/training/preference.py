@@ -128,21 +128,72 @@ def _kto(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, tra
                callbacks=callbacks)
 
 
+class CountedPairTokens:
+    """Mixed into trl's ORPOTrainer: its batches hold chosen_input_ids and rejected_input_ids (prompt included) but no
+    input_ids, which the Trainer's token count looks for, so the run's log had no tokens/s. Counts the tokens of both
+    answers' rows (their attention masks) as the Trainer counts SFT's."""
+
+    def training_step(self, model: Any, inputs: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        masks = [inputs[k] for k in ("chosen_attention_mask", "rejected_attention_mask") if k in inputs]
+        if masks and "input_ids" not in inputs:
+            self.state.num_input_tokens_seen += int(sum(int(m.sum()) for m in masks))
+        return super().training_step(model, inputs, *args, **kw)
+
+
+class PretokenizedORPOPairs:
+    """Mixed into trl's ORPOTrainer: each pair keeps the ids engine/data/pairs.py made (the chat template as supervised
+    training renders it, what the data check shows), and trl's own tokenization of the texts is skipped: it puts the
+    tokenizer's BOS token before every prompt and a second end token after every answer, so ORPO trained on sequences
+    that neither the data check nor generation ever shows (the built-in model's template starts with no BOS)."""
+
+    def tokenize_row(self, feature: dict[str, Any], model: Any = None) -> dict[str, Any]:
+        if "prompt_ids" not in feature:
+            return super().tokenize_row(feature, model)
+        prompt = list(feature["prompt_ids"])
+        batch: dict[str, Any] = {"prompt_input_ids": prompt, "prompt_attention_mask": [1] * len(prompt)}
+        for side in ("chosen", "rejected"):
+            ids = prompt + list(feature[f"{side}_ids"])
+            batch[f"{side}_input_ids"], batch[f"{side}_attention_mask"] = ids, [1] * len(ids)
+            batch[f"{side}_labels"] = [-100] * len(prompt) + list(feature[f"{side}_ids"])
+        return batch
+
+
+class AnswerOnlyORPOLoss:
+    """Mixed into trl's ORPOTrainer: its cross-entropy term on the chosen answer covers the answer only, as supervised
+    training here does (prompt tokens masked). trl's ORPO computes it "over the full prompt and response": a model
+    fine-tuned on answers alone predicts its prompts badly (7.4 nats a token for the date prompts of the SFT start),
+    so that term was mostly about the prompts and overwrote the answers (23% -> 1% at lr 5e-5, 22% -> 0% at 2e-4 on
+    the pairs of the model's own mistakes: docs/preference.md)."""
+
+    def concatenated_forward(self, model: Any, batch: dict[str, Any]) -> Any:
+        import torch.nn.functional as F
+
+        out = super().concatenated_forward(model, batch)
+        if self.is_encoder_decoder:
+            return out
+        chosen_logits = out[2]  # [pairs, length - 1, vocab]: the logits that predict tokens 1..length-1
+        labels = batch["chosen_labels"].to(chosen_logits.device)  # the prompt's positions are -100
+        width = chosen_logits.shape[1] + 1
+        if labels.shape[1] < width:
+            labels = F.pad(labels, (0, width - labels.shape[1]), value=-100)
+        nll = F.cross_entropy(chosen_logits.reshape(-1, chosen_logits.shape[-1]).float(), labels[:, 1:width].reshape(-1), ignore_index=-100)
+        return (*out[:4], nll, *out[5:])
+
+
 def _orpo(cfg: TrainConfig, args: dict[str, Any], model: Any, tokenizer: Any, train: Any, evals: Any, callbacks: list,
           mixins: tuple[type, ...]) -> Any:
     from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
-    # trl's ORPO tokenizes text itself (prompt, chosen, rejected): hand it the template's text of each part, decoded
-    # from the same ids the data check shows, and its own tokenization reproduces them.
+    # trl's ORPO wants text columns (prompt, chosen, rejected): the template's text of each part, decoded from the same
+    # ids the data check shows; the ids themselves are what it trains on (PretokenizedORPOPairs)
     def as_text(ids: list[int]) -> str:
         return tokenizer.decode(ids, skip_special_tokens=False)
 
-    def texts(ds: Any) -> Any:
-        return ds.map(lambda e: {"prompt": as_text(e["prompt_ids"]), "chosen": as_text(e["chosen_ids"]), "rejected": as_text(e["rejected_ids"])},
-                      remove_columns=ds.column_names)
+    def texts(ds: Any) -> Any:  # the texts for trl's checks; PretokenizedORPOPairs trains on the ids beside them
+        return ds.map(lambda e: {"prompt": as_text(e["prompt_ids"]), "chosen": as_text(e["chosen_ids"]), "rejected": as_text(e["rejected_ids"])})
 
     config = ORPOConfig(**args, beta=cfg.beta, max_length=cfg.max_seq_len, max_completion_length=cfg.max_seq_len)
-    cls = type("RunORPOTrainer", (*mixins, ORPOTrainer), {})
+    cls = type("RunORPOTrainer", (*mixins, CountedPairTokens, PretokenizedORPOPairs, AnswerOnlyORPOLoss, ORPOTrainer), {})
     return cls(model=model, args=config, train_dataset=texts(train), eval_dataset=texts(evals) if evals is not None else None,
                processing_class=tokenizer, callbacks=callbacks)
 

@@ -30,7 +30,7 @@ from ..errors import ConfigError, EngineError, RunStopped, TrainingDiverged
 from ..hardware import distributed
 from ..hardware.device import DeviceInfo, detect_device, master_dtype, peak_memory_gib, peak_reserved_gib, precision_reason, reset_peak
 from ..models.references import architecture_ref
-from ..objectives import OBJECTIVE_METHODS, PREFERENCE_METHODS
+from ..objectives import MISTAKES_DATASET, OBJECTIVE_METHODS, PREFERENCE_METHODS
 from ..runs import EventLog, atomic_replace_dir, discard_incomplete_checkpoints, last_complete_checkpoint, save_config
 from ..sharing import is_shared
 from .adapters import prepare_for_method
@@ -43,7 +43,8 @@ from .trainer import RunTrainer, build_trainer
 
 log = logging.getLogger("engine.training.run")
 
-DATE_TASK_DATASETS = ("builtin:dates", "builtin:preferences", "builtin:feedback")  # runs on these are scored on the date task before and after
+# runs on these are scored on the date task before and after
+DATE_TASK_DATASETS = ("builtin:dates", "builtin:preferences", "builtin:feedback", MISTAKES_DATASET)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -95,9 +96,11 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     if run.device.kind == "cpu":
         use_fast_dropout(models.model)  # the adapters' dropout: the same masks from cheaper random bits
         autocast_4bit_outputs(models.model)  # QLoRA: 4-bit layers return bf16 under autocast, as Linear does
-    run.events.write("phase", phase="training")
     built = build_trainer(cfg, run.run_dir, run.device, run.dtype, models.model, models.tokenizer, data, run.events,
                           mirror=mirror, distill=models.distill)
+    # after the trainer is built: DPO and GRPO say what they set up (a reference model, answers per prompt) while it is
+    # built, and the view shows steps, speed and time left only once the phase is "training"
+    run.events.write("phase", phase="training")
     with fp32_attention() if run.device.kind == "cpu" else contextlib.nullcontext():  # see engine/training/fp32_attention.py
         result = built.trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
     peak = max(built.events.peak_gib, peak_memory_gib(run.device) or 0.0)
@@ -291,11 +294,15 @@ def _build_data(run: RunContext, models: RunModels) -> TrainData:
     cfg, events = run.cfg, run.events
     if cfg.method in OBJECTIVE_METHODS:  # preference pairs (dpo, orpo) or prompts (grpo): engine/data/pairs.py
         from ..data.pairs import build_pair_data, build_prompt_data
+        from .mistake_data import is_mistake_data, with_mistake_pairs
 
+        found = None
+        if is_mistake_data(cfg):  # the pairs of the starting model's own mistakes, made now (engine/training/mistake_data.py)
+            cfg, found = with_mistake_pairs(cfg, models.model, models.tokenizer, run.run_dir, events)
         events.write("phase", phase="tokenizing the data")
         build = build_pair_data if cfg.method in PREFERENCE_METHODS else build_prompt_data
         data = build(cfg, models.tokenizer, models.max_len)
-        events.write("data", **data.event_fields())
+        events.write("data", **data.event_fields(), **({"mistakes": found} if found else {}))
         return data
     pack = cfg.packing and _packing_ok(models.model, events) and (cfg.method != "distill" or _packing_ok(models.distill.teacher, events))
     events.write("phase", phase="tokenizing the data")

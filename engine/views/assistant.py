@@ -159,7 +159,9 @@ def tools(jobs: JobManager, *, allow_control: bool = True, allow_local_models: b
 
         Args:
             base_model: builtin:NAME, a finished run (run:NAME) or a Hugging Face model id.
-            dataset: builtin:dates, builtin:corpus, builtin:instructions, builtin:preferences (dpo, orpo, kto), builtin:feedback (kto) or hub:owner/name (a Hugging Face dataset).
+            dataset: builtin:dates, builtin:corpus, builtin:instructions, builtin:preferences (dpo, orpo, kto), builtin:feedback (kto),
+                builtin:date-mistakes (dpo, orpo, kto: pairs of the base model's own date mistakes, made when the run starts) or
+                hub:owner/name (a Hugging Face dataset).
             method: qlora (4-bit base + LoRA, least memory), lora, full (every weight), scratch (a built-in model from random weights),
                 distill, or a preference/reward method: dpo, orpo (preference pairs), kto (answers labelled good or bad) or grpo (built-in rewards).
             max_steps: optimizer steps to train.

@@ -58,7 +58,12 @@ def adapter_choices(jobs: JobManager, runs: bool = True) -> list[str]:
     return [NO_ADAPTER] + [f"run:{s.name}" for s in (jobs.finished_runs() if runs else []) if (jobs.runs_dir / s.name / "adapter" / "adapter_config.json").exists()]
 
 
+# Training only (made when the run starts from its base model's answers, engine/training/mistake_data.py): not a file
+# the Evaluate tab could score
+TRAINING_ONLY_DATASETS = {"builtin:date-mistakes": "pref_run.dataset.mistakes"}
+
+
 def dataset_choices() -> list[tuple[str, str]]:
     """(language key of the human name, reference) for each built-in dataset, for the Fine-tune form's dataset dropdown
     (which still accepts a typed hub:owner/name)."""
-    return [(key, ref) for ref, key in BUILTIN_DATASETS.items()]
+    return [(key, ref) for ref, key in {**BUILTIN_DATASETS, **TRAINING_ONLY_DATASETS}.items()]

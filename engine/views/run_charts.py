@@ -180,16 +180,50 @@ def completions_html(events: Iterable[dict[str, Any]], lang: str = "en") -> str:
             f"<thead><tr>{cols}</tr></thead><tbody>{rows}</tbody></table></div></details>")
 
 
-def _sparkline(points: Sequence[tuple[int, float]], width: int = 300, height: int = 56) -> str:
-    """An inline SVG line of (step, value) points scaled to its own range: a picture that needs no plot component (the
-    run view's refresh sends it inside the task part)."""
+# Where a metric's chart draws a dashed reference line, and why: 0 for the margin (no preference yet), 50% for the
+# preference accuracy (a coin toss; trl counts a tie as a loss, so a DPO run starts at 0), 0 for GRPO's spread (no
+# group of answers to tell apart)
+REFERENCE_LINES = {"reward_margin": 0.0, "pref_accuracy": 0.5, "reward_std": 0.0}
+CHART_W, CHART_H, CHART_LEFT, CHART_BOTTOM = 300, 96, 40, 18  # the SVG's size and the room its axis labels take
+
+
+def _chart(points: Sequence[tuple[int, float]], metric: str, lang: str) -> str:
+    """A small line chart of (step, value) points as inline SVG, with its axes: the steps along the bottom (first and
+    last), the values up the left side (lowest and highest, and the reference line when the metric has one): a picture
+    that needs no plot component (the run view's refresh sends it inside the task part)."""
     xs, ys = [p[0] for p in points], [p[1] for p in points]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    sx = (width - 4) / (x1 - x0) if x1 > x0 else 0.0
-    sy = (height - 8) / (y1 - y0) if y1 > y0 else 0.0
-    path = " ".join(f"{2 + (x - x0) * sx:.1f},{height - 4 - (y - y0) * sy:.1f}" for x, y in points)
-    return (f"<svg viewBox='0 0 {width} {height}' width='100%' height='{height}' preserveAspectRatio='none' role='img'>"
-            f"<polyline fill='none' stroke='#1f5fd6' stroke-width='2' points='{path}'/></svg>")
+    ref = REFERENCE_LINES.get(metric)
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(ys + ([ref] if ref is not None else [])), max(ys + ([ref] if ref is not None else []))
+    if y1 - y0 < 1e-9:
+        y0, y1 = y0 - 0.5, y1 + 0.5
+    w, h = CHART_W - CHART_LEFT - 4, CHART_H - CHART_BOTTOM - 6
+
+    def px(x: float) -> float:
+        return CHART_LEFT + ((x - x0) / (x1 - x0) * w if x1 > x0 else w / 2)
+
+    def py(y: float) -> float:
+        return 6 + h - (y - y0) / (y1 - y0) * h
+
+    def label(v: float) -> str:
+        return f"{fmt_number(round(100 * v), lang)}%" if metric == "pref_accuracy" else fmt_number(round(v, 2), lang, 2)
+
+    axis = "stroke='#9ca3af' stroke-width='1'"
+    text = "font-size='10' fill='currentColor'"
+    parts = [f"<line x1='{CHART_LEFT}' y1='6' x2='{CHART_LEFT}' y2='{6 + h}' {axis}/>",
+             f"<line x1='{CHART_LEFT}' y1='{6 + h}' x2='{CHART_W - 4}' y2='{6 + h}' {axis}/>",
+             f"<text x='{CHART_LEFT - 3}' y='{py(y1) + 4:.1f}' text-anchor='end' {text}>{html.escape(label(y1))}</text>",
+             f"<text x='{CHART_LEFT - 3}' y='{py(y0) + 3:.1f}' text-anchor='end' {text}>{html.escape(label(y0))}</text>",
+             f"<text x='{CHART_LEFT}' y='{CHART_H - 3}' {text}>{html.escape(fmt_number(x0, lang))}</text>",
+             f"<text x='{CHART_W - 4}' y='{CHART_H - 3}' text-anchor='end' {text}>{html.escape(fmt_number(x1, lang))}</text>",
+             f"<text x='{CHART_LEFT + w / 2:.1f}' y='{CHART_H - 3}' text-anchor='middle' {text}>{html.escape(t('finetune.plot.x', lang))}</text>"]
+    if ref is not None and y0 < ref < y1:
+        parts += [f"<line x1='{CHART_LEFT}' y1='{py(ref):.1f}' x2='{CHART_W - 4}' y2='{py(ref):.1f}' stroke='#9ca3af' stroke-dasharray='4 3'/>",
+                  f"<text x='{CHART_LEFT - 3}' y='{py(ref) + 3:.1f}' text-anchor='end' {text}>{html.escape(label(ref))}</text>"]
+    path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in points)
+    parts.append(f"<polyline fill='none' stroke='#1f5fd6' stroke-width='2' points='{path}'/>")
+    return (f"<svg viewBox='0 0 {CHART_W} {CHART_H}' width='100%' height='{CHART_H}' role='img' "
+            f"aria-label='{html.escape(t(f'preference.plot.{metric}', lang))}'>{''.join(parts)}</svg>")
 
 
 def objective_html(events: Sequence[dict[str, Any]], method: str, lang: str = "en") -> str:
@@ -199,10 +233,14 @@ def objective_html(events: Sequence[dict[str, Any]], method: str, lang: str = "e
     if frame.empty:
         return ""
     charts = []
-    for metric, group in frame.groupby("metric", sort=False):
-        points = list(zip(group["step"].tolist(), group["value"].tolist(), strict=True))
-        charts.append(f"<div style='flex:1 1 220px;min-width:200px'><div style='font-size:0.85em'>{html.escape(str(metric))}: "
-                      f"<b>{fmt_number(round(points[-1][1], 3), lang, 3)}</b></div>{_sparkline(points)}</div>")
+    for metric in objective_metrics(method):
+        points = [(int(ev.get("step", 0)), float(ev[metric])) for ev in events if ev.get("type") == "progress" and ev.get(metric) is not None]
+        if not points:
+            continue
+        latest = f"{fmt_number(round(100 * points[-1][1]), lang)}%" if metric == "pref_accuracy" else fmt_number(round(points[-1][1], 3), lang, 3)
+        good = f"<div style='font-size:0.8em;opacity:0.8'>{html.escape(t(f'pref_run.good.{metric}', lang))}</div>"
+        charts.append(f"<div style='flex:1 1 240px;min-width:220px'><div style='font-size:0.85em'>{html.escape(t(f'preference.plot.{metric}', lang))}: "
+                      f"<b>{latest}</b></div>{_chart(points, metric, lang)}{good}</div>")
     head = f"<b>{html.escape(t('preference.plot.title', lang))}</b>"
     return (f"<div class='objective-plot'>{head}<div style='display:flex;flex-wrap:wrap;gap:12px'>{''.join(charts)}</div>"
             f"{completions_html(events, lang)}</div>")

@@ -79,6 +79,11 @@ PHASES: list[tuple[re.Pattern[str], str]] = [
      "preference.msg.kto_weights"),
     (re.compile(r"^mixing the adapters of (?P<what>.+) with (?P<how>\w+)$"), "mix.phase.mixing"),  # a mix job (engine/training/mix.py)
     (re.compile(r"^scoring the date task on (?P<what>.+)$"), "mix.phase.scoring"),
+    # the preference methods (engine/training/preference.py, grpo.py, mistake_data.py)
+    (re.compile(r"^DPO reference: the starting model through a frozen copy of the adapter"), "pref_run.phase.dpo_ref_adapter"),
+    (re.compile(r"^DPO reference: a frozen copy of the starting model"), "pref_run.phase.dpo_ref_full"),
+    (re.compile(r"^GRPO: (?P<n>\d+) answers per prompt, rewards (?P<reward>.+)$"), "pref_run.phase.grpo"),
+    (re.compile(r"^making pairs from the starting model's mistakes on the date task$"), "pref_run.phase.mistakes"),
 ]
 
 
@@ -147,6 +152,8 @@ def _eval_line(ev: dict[str, Any], lang: str, pretraining: bool = False) -> str:
     key = "finetune.log.eval_ppl" if ppl is not None else "finetune.log.eval"
     line = t(key, lang, step=fmt_number(ev.get("step", 0), lang), loss=fmt_loss(ev.get("eval_loss"), lang),
              ppl=fmt_number(ppl, lang) if ppl is not None else "")
+    if ev.get("pref_accuracy") is not None:  # DPO/ORPO/KTO on held-out pairs: how often the chosen answer wins
+        line += " · " + t("preference.log.accuracy", lang, pct=fmt_number(round(100 * ev["pref_accuracy"]), lang))
     return (t("finetune.log.pretraining", lang) + " · " + line) if pretraining else line
 
 
@@ -202,6 +209,9 @@ RENDER: dict[str, Callable[[dict[str, Any], str], str]] = {
     "push": lambda ev, lang: "⬆ " + t("finetune.log.push", lang, url=ev.get("url", "")),
     "export": lambda ev, lang: "⬇ " + t("finetune.log.export", lang, what=ev.get("gguf_type") or ev.get("format", "")),
     "completions": _completions_line,  # GRPO's sampled answers (engine/training/grpo.py)
+    "mistakes": lambda ev, lang: "◇ " + t("pref_run.log.mistakes", lang, prompts=fmt_number(ev.get("prompts", 0), lang),
+                                          answers=fmt_number(ev.get("answers", 0), lang), correct=fmt_number(ev.get("correct", 0), lang),
+                                          pairs=fmt_number(ev.get("pairs", 0), lang)),
 }
 
 

@@ -6,6 +6,7 @@ run_charts.py, run_log.py and run_history.py)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,10 +15,12 @@ import pandas as pd
 
 from ..errors import EngineError, for_people, from_json, render_record
 from ..i18n import fmt_number, t
+from ..objectives import OBJECTIVE_METHODS
 from ..runs import log_tail, read_events
 from .run_charts import loss_plot_frame, objective_html, task_html
 from .run_history import STATE_ICONS, history_table, memory_text, run_details_md, state_text
 from .run_log import fmt_duration, fmt_loss, log_text, phase_text, when_text
+from .run_result import headline_md, judged_by_date_task
 from .run_suggest import shorter_run_md
 
 if TYPE_CHECKING:
@@ -137,7 +140,7 @@ def watched_outputs(jobs: JobManager, name: str | None, lang: str = "en", *, log
     events = read_events(s.path)
     runs_dir = s.path.parent
     hint = shorter_run_md(s, lang)  # a slow machine: shorter first-run settings, with their time here and accuracy
-    return WatchedRun(status=status_md(s, lang) + (f"\n\n{hint}" if hint else "") + (f"\n\n{merge}" if merge else ""), progress=progress_html(s, s.last_progress, lang),
+    return WatchedRun(status=status_md(s, lang, events) + (f"\n\n{hint}" if hint else "") + (f"\n\n{merge}" if merge else ""), progress=progress_html(s, s.last_progress, lang),
                       plot=loss_plot_frame(loss_frame(s.losses), log_scale=log_scale, smoothing=smoothing, lang=lang),
                       task=task_html(events, lang) + objective_html(events, s.method, lang), log=log_text(events, lang, scrub=lambda text: scrub_paths(text, runs_dir)),
                       raw_log=scrub_paths(log_tail(s.path, 40), runs_dir), history=history_table(jobs, lang), details=run_details_md(s, lang),
@@ -164,9 +167,10 @@ def merge_status_md(jobs: JobManager, name: str | None, lang: str = "en") -> str
     return "⋈ " + t("finetune.merge.gone", lang)
 
 
-def status_md(s: RunSummary, lang: str = "en") -> str:
+def status_md(s: RunSummary, lang: str = "en", events: Sequence[dict[str, Any]] | None = None) -> str:
     """The run's state and phase, step and loss, memory (predicted for the model / measured for the process or the GPU),
-    task scores and what to do next, as Markdown in `lang`."""
+    the result that applies to it and what to do next, as Markdown in `lang`. events: the run's, when the caller has
+    read them (else read here when needed)."""
     phase = f" — {phase_text(scrub_paths(s.phase, s.path.parent), lang)}" if s.state == "running" and s.phase else ""
     lines = [f"### {STATE_ICONS.get(s.state, '')} {s.name}: {state_text(s.state, lang)}{phase}"]
     if s.state == "queued":  # its place in the waiting line (engine/training/queue.py)
@@ -178,9 +182,16 @@ def status_md(s: RunSummary, lang: str = "en") -> str:
         lines.append(step + (" · " + t("finetune.status.loss", lang, loss=fmt_loss(s.last_loss, lang)) if s.last_loss is not None else ""))
     if mem := memory_text(s, lang):
         lines.append(mem)
+    # the result that applies to the run (engine/views/run_result.py): the date task when it trains on it, else the
+    # held-out pairs (DPO/ORPO/KTO) or the reward (GRPO); a run on other pairs that the date task scored too says so after
+    by_task = judged_by_date_task(s)
+    if not by_task and s.method in OBJECTIVE_METHODS and (head := headline_md(s, read_events(s.path) if events is None else events, lang)):
+        lines.append(head)
     if s.task_scores:
-        lines.append(t("finetune.status.task", lang) + " " + " → ".join(f"{when_text(k, lang)} **{fmt_number(round(100 * (v or 0)), lang)}%**"
-                                                                          for k, v in s.task_scores.items()))
+        scores = " → ".join(f"{when_text(k, lang)} **{fmt_number(round(100 * (v or 0)), lang)}%**" for k, v in s.task_scores.items())
+        lines.append(t("finetune.status.task" if by_task else "pref_run.also_scored", lang) + " " + scores)
+        if by_task and (head := headline_md(s, (), lang)):
+            lines.append(head)
     if s.state == "finished":
         lines.append(t("finetune.status.finished", lang, output=s.output or "?", name=s.name))
     if s.state == "damaged":

@@ -58,6 +58,6 @@ def test_the_fine_tune_form_offers_the_builtin_datasets_by_human_name():
     from engine.views.choices import dataset_choices
 
     refs = [ref for _, ref in dataset_choices()]
-    assert refs == list(BUILTIN_DATASETS)
+    assert refs == [*BUILTIN_DATASETS, "builtin:date-mistakes"]  # the pairs of the base model's own mistakes: training only
     for key, _ in dataset_choices():
         assert i18n.t(key) != key and i18n.t(key, "pt-BR") != i18n.t(key)  # a name in each language, never the key
