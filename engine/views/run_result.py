@@ -29,10 +29,10 @@ def task_verdict(before: float, after: float, lang: str = "en") -> str:
     b, a = round(100 * before), round(100 * after)
     params = {"before": fmt_number(b, lang), "after": fmt_number(a, lang), "points": fmt_number(abs(a - b), lang), "noise": NOISE_POINTS}
     if a - b > NOISE_POINTS:
-        return "✅ " + t("pref_run.verdict.better", lang, **params)
+        return "✔ " + t("pref_run.verdict.better", lang, **params)
     if b - a > NOISE_POINTS:
         return "⚠ " + t("pref_run.verdict.worse", lang, **params)
-    return "➖ " + t("pref_run.verdict.same", lang, **params)
+    return "− " + t("pref_run.verdict.same", lang, **params)
 
 
 def judged_by_date_task(s: RunSummary) -> bool:
@@ -47,7 +47,7 @@ def _pairs_line(events: Sequence[dict[str, Any]], lang: str) -> str:
     n = next((ev.get("eval_examples") for ev in events if ev.get("type") == "data"), None) or 0
     pct = round(100 * float(evals[-1]["pref_accuracy"]))
     key = "pref_run.pairs.learned" if pct > 50 else "pref_run.pairs.not_yet"
-    return ("✅ " if pct > 50 else "➖ ") + t(key, lang, pct=fmt_number(pct, lang), n=fmt_number(n, lang), step=fmt_number(evals[-1].get("step", 0), lang))
+    return ("✔ " if pct > 50 else "− ") + t(key, lang, pct=fmt_number(pct, lang), n=fmt_number(n, lang), step=fmt_number(evals[-1].get("step", 0), lang))
 
 
 def _reward_line(events: Sequence[dict[str, Any]], lang: str) -> str:

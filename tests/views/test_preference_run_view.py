@@ -76,7 +76,7 @@ def test_the_preference_phases_are_in_the_visitors_language():
         assert pt != phase and pt != phase_text(phase, "en") and "{" not in pt
     assert "8 respostas por prompt" in phase_text("GRPO: 8 answers per prompt, rewards dates, date_parts", "pt-BR")
     line = event_line({"type": "mistakes", "prompts": 256, "answers": 1024, "correct": 300, "pairs": 650}, "pt-BR")
-    assert line.startswith("🔍") and "650 pares" in line
+    assert line.startswith("◇") and "650 pares" in line
 
 
 def test_a_training_dpo_run_shows_steps_speed_and_time_left(tmp_path):
