@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
+from engine import run_access
 from engine.fields import field_specs
 from engine.mix_config import MIX_DENSITY_METHODS, MixConfig
 from engine.training.jobs import JobManager
@@ -83,7 +84,9 @@ def wire_mix(m: SimpleNamespace, jobs: JobManager, owner: gr.State, watched: gr.
         return new, gr.update(choices=run_view.run_choices(jobs), value=new), gr.Timer(active=True)
 
     def scores(pick, request: gr.Request):
-        """The picked run's note and, for a mixed run, its parents' and its own scores side by side."""
+        """The picked run's note and, for a mixed run, its parents' and its own scores side by side (scores any visitor may
+        read: the run gate's "inspect", engine/run_access.py)."""
+        run_access.check_run_access(jobs.runs_dir, pick, None, "inspect", plain=True, owner_only=jobs.owner_only)
         lang = lang_of(request)
         headers, rows = mix_view.side_by_side(jobs, pick, lang)
         table = gr.update(value=pd.DataFrame(rows, columns=headers), visible=True) if rows else gr.update(visible=False)
