@@ -16,9 +16,9 @@ from ..config import TrainConfig
 from ..data.build import eval_records, train_records
 from ..data.formats import RecordSet, load_records, record_texts
 from ..data.preview import DataInspection, inspect_records
-from ..errors import ModelLoadError
+from ..errors import DataError, ModelLoadError
 from ..i18n import fmt_number, t
-from ..objectives import MISTAKES_DATASET, OBJECTIVE_METHODS
+from ..objectives import MISTAKES_DATASET, OBJECTIVE_METHODS, PREFERENCE_METHODS
 
 # The check tokenizes every row it looks at: beyond this many it checks the first ones and says so (a 200,000-row file
 # cost about a minute of server CPU per click; the run itself still reads every row).
@@ -38,9 +38,16 @@ def check_data(cfg: TrainConfig, *, hub: bool = True) -> None:
 
 
 def _checked_records(cfg: TrainConfig, *, evals: bool = True) -> tuple[RecordSet, RecordSet | None]:
-    """(train records, eval records or None) of `cfg`, with check_data's refusals."""
+    """(train records, eval records or None) of `cfg`, with check_data's refusals. builtin:date-mistakes has no rows
+    before the run (its pairs are made when it starts, engine/training/mistake_data.py): checked are its method and the
+    date prompts the starting model will answer."""
     from ..data.pairs import check_method_data
 
+    if cfg.dataset == MISTAKES_DATASET:
+        if cfg.method not in PREFERENCE_METHODS:
+            raise DataError(key="pref_run.mistakes_methods", dataset=MISTAKES_DATASET, method=cfg.method)
+        records = train_records(dataclasses.replace(cfg, dataset="builtin:dates", columns=""))
+        return records, eval_records(cfg) if evals else None
     records = train_records(cfg)  # the same rows the run will load (Hub source and column mapping included)
     other = eval_records(cfg) if evals else None
     if cfg.method in OBJECTIVE_METHODS:

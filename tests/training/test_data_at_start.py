@@ -87,3 +87,25 @@ def test_a_hub_dataset_is_left_to_the_run(tmp_path):
     from engine.training.preflight import check_data_before_start
 
     check_data_before_start(TrainConfig(dataset="hub:someone/some-data"))
+
+
+@pytest.mark.parametrize("method", ["dpo", "orpo", "kto"])
+def test_pairs_of_the_models_mistakes_pass_start_for_the_methods_they_serve(method, tmp_path, monkeypatch):
+    """builtin:date-mistakes has no rows before the run (its pairs are made when it starts): Start checks the date prompts
+    and the method, and the ORPO default the form fills in starts (it was refused as an unknown dataset)."""
+    from engine.training.preflight import check_data_before_start
+
+    cfg = TrainConfig(method=method, dataset="builtin:date-mistakes", tuning="full", micro_batch_size=8)
+    check_data_before_start(cfg)
+    monkeypatch.setattr(JobManager, "_launch", lambda self, run_dir, *, resume: None)
+    name = JobManager(tmp_path).start(cfg)
+    assert (tmp_path / name / "config.yaml").is_file()
+
+
+@pytest.mark.parametrize(("method", "lang", "words"), [("lora", "en", "data for DPO, ORPO or KTO"), ("grpo", "pt-BR", "dados para DPO, ORPO ou KTO")])
+def test_pairs_of_the_models_mistakes_are_refused_for_other_methods(method, lang, words, tmp_path):
+    from engine.training.preflight import check_data_before_start
+
+    with pytest.raises(DataError) as refused:
+        check_data_before_start(TrainConfig(method=method, dataset="builtin:date-mistakes"))
+    assert words in refused.value.render(lang) and method in refused.value.render(lang)
