@@ -20,7 +20,8 @@ def owner_gate(runs_dir: Any, run: str, action: str) -> None:
     asked the gate for its visitor before)."""
     from ..run_access import check_run_access
 
-    check_run_access(runs_dir, run, None, action, plain=True, owner_only=False)
+    # a bare NAME is a run; a reference with a prefix (run:NAME, or builtin:NAME, which export-gguf also takes) is read as one
+    check_run_access(runs_dir, run, None, action, plain=":" not in str(run), owner_only=False)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

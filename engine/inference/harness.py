@@ -25,16 +25,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..benchmarks import BASE_FOLDER, RUN_FOLDER, BenchTask, bench_tasks, model_slug, parse_task_names
 from ..config import BenchConfig, MemoryQuery
 from ..errors import EngineError
 from ..hardware.device import DeviceInfo
-from ..models.loading import LoadedModel
 from ..refs import RUN_PREFIX
 from ..runs import atomic_write_text, run_path
 from .tasks import date_items
+
+if TYPE_CHECKING:  # the page reads results through this module: the model stack loads only in the job that runs it
+    from ..models.loading import LoadedModel
 
 INSTALL_COMMAND = "pip install -r requirements-eval.txt"
 RESULTS = "results"  # <folder>/results/<task>.json

@@ -34,7 +34,7 @@ def test_form_messages_follow_the_visitors_language(monkeypatch):
 
     monkeypatch.setattr(page_widgets, "lang_of", lambda request=None: "pt-BR")
     widgets = page_widgets.make_inputs(TrainConfig, only=["method", "max_steps", "lora.r"])
-    cases = [(widgets["method"], "evil", "Método (method) = 'evil' não é permitido: uma destas opções: qlora, lora, full, scratch, distill, dpo, orpo, grpo."),
+    cases = [(widgets["method"], "evil", "Método (method) = 'evil' não é permitido: uma destas opções: qlora, lora, full, scratch, distill, dpo, orpo, kto, grpo."),
              (widgets["max_steps"], "lots", "Máximo de passos (max_steps) = 'lots' não é permitido: um número inteiro."),
              (widgets["lora.r"], [3], "Rank do LoRA (lora.r) = 3 não é permitido: um número de 1 a 512."),
              (page_widgets.make_inputs(MemoryQuery, only=["seq_len"])["seq_len"], "long", "Comprimento da sequência (seq_len) = 'long' não é permitido: um número inteiro.")]

@@ -21,7 +21,7 @@ def _request() -> gr.Request:
 
 def _tick(handlers, name, seen):
     out = handlers.on_tick(name, name, False, 0.0, seen, _request())
-    parts, buttons, seen, timer = out[:8], out[8:12], out[12], out[13]
+    parts, buttons, seen, timer = out[:8], out[8:13], out[13], out[14]  # buttons: try, resume, retry, delete, merge
     return parts, buttons, seen, timer
 
 
@@ -39,7 +39,7 @@ def test_a_finished_run_is_sent_once_then_the_timer_sleeps(tmp_path):
     assert timer.active
     parts, buttons, seen, timer = _tick(handlers, "r1", seen)
     assert all(_skipped(p) for p in parts) and not timer.active
-    assert [b["visible"] for b in buttons] == [False, False, False, True]  # no model folder to try, finished: Delete only
+    assert [b["visible"] for b in buttons] == [False, False, False, True, False]  # no model folder to try, finished: Delete only
 
 
 def test_nothing_watched_sleeps_and_a_training_run_keeps_the_timer_going(tmp_path):

@@ -162,6 +162,9 @@ def test_app_auto_resume_flag(tmp_path, monkeypatch, capsys):
         def launch(self, **kw):
             calls.append("launch")
 
+        def block_thread(self):  # launch(prevent_thread_lock=True) then block: the start-up hint prints in between
+            pass
+
     monkeypatch.setattr(app, "build_app", lambda *a, **kw: FakeDemo())
     monkeypatch.setattr(run_control, "auto_resume", lambda jobs: calls.append(("resume", Path(jobs.runs_dir))) or "Resuming interrupted run 'x'")
     app.main(["--runs-dir", str(tmp_path), "--auto-resume"])
