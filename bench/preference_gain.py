@@ -36,6 +36,25 @@ CONFIGS: dict[str, list[str]] = {
     # measured twice: before and after the fix of trl's ORPO tokenization (engine/training/preference.py PretokenizedORPOPairs)
     "orpo-mistakes-2e-4": ["--method", "orpo", "--dataset", "builtin:date-mistakes", "--beta", "0.1", "--micro-batch-size", "8", "--max-seq-len", "72",
                            "--learning-rate", "2e-4", "--max-steps", "100"],
+    "orpo-mistakes-2e-4-250": ["--method", "orpo", "--dataset", "builtin:date-mistakes", "--beta", "0.1", "--micro-batch-size", "8",
+                               "--max-seq-len", "72", "--learning-rate", "2e-4", "--max-steps", "250"],
+    # the odds-ratio term weighted ten times more (beta 1.0): does the preference part add to the supervised part?
+    "orpo-mistakes-2e-4-250-beta1": ["--method", "orpo", "--dataset", "builtin:date-mistakes", "--beta", "1.0", "--micro-batch-size", "8",
+                                     "--max-seq-len", "72", "--learning-rate", "2e-4", "--max-steps", "250"],
+    # the other two pair methods for as many steps: DPO at its gentler rate, KTO with each pair read as one good and one bad answer
+    "dpo-mistakes-5e-5-250": [*DPO_MISTAKES, "--learning-rate", "5e-5", "--max-steps", "250"],
+    "kto-mistakes-5e-5-250": ["--method", "kto", "--dataset", "builtin:date-mistakes", "--beta", "0.1", "--micro-batch-size", "8",
+                              "--max-seq-len", "72", "--learning-rate", "5e-5", "--max-steps", "250"],
+    # GRPO (no supervised term: a gain here is the reward's alone), its form defaults for longer and at a higher rate
+    "grpo-parts-1e-4-400": ["--method", "grpo", "--dataset", "builtin:dates", "--reward", "dates, date_parts", "--num-generations", "8",
+                            "--max-completion-length", "16", "--micro-batch-size", "16", "--max-seq-len", "72", "--learning-rate", "1e-4",
+                            "--max-steps", "400"],
+    # the strongest plain baseline: the same start trained on the date task's own answers for as many steps at the same
+    # learning rate and batch (ORPO's loss holds a supervised term: this row says how much of its gain that term alone gives)
+    "sft-continued-2e-4": ["--method", "full", "--dataset", "builtin:dates", "--micro-batch-size", "8", "--max-seq-len", "72",
+                           "--learning-rate", "2e-4", "--max-steps", "100"],
+    "sft-continued-2e-4-250": ["--method", "full", "--dataset", "builtin:dates", "--micro-batch-size", "8", "--max-seq-len", "72",
+                               "--learning-rate", "2e-4", "--max-steps", "250"],
 }
 
 

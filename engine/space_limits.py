@@ -87,7 +87,7 @@ class RunCost:
     batch_tokens: int  # micro batch x sequence length: what one forward pass holds
     train_tokens: int  # steps x micro batch x accumulation x sequence length x processes (x2 for a pair: chosen, rejected)
     answers_per_step: int  # generating methods: micro batch x accumulation x processes answers per optimizer step
-    generated_tokens: int  # steps x answers per step x answer length, + the fixed work (task scoring, eval samples)
+    generated_tokens: int  # steps x answers per step x answer length, + the fixed work (task scoring, eval samples, a mistakes run's own answers)
     evaluations: int  # evaluations of the eval set over the run
 
 
@@ -97,7 +97,7 @@ PAIR_METHODS = ("dpo", "orpo")  # a row is two sequences (the chosen and the rej
 def run_cost(cfg: Any, lim: Any) -> RunCost:
     """The cost of a run of `cfg` (a TrainConfig) under the limits `lim` (see RunCost), the fixed work of every run
     included (the table's `fixed`: the date task scored before and after, a short answer to two eval prompts at each
-    evaluation)."""
+    evaluation, and on builtin:date-mistakes the base model's answers its pairs are made of)."""
     fixed = table()["fixed"]
     steps = int(cfg.max_steps) if cfg.max_steps else int(lim.max_steps)
     processes = int(cfg.gpus) if getattr(cfg, "distributed", "none") != "none" else 1
@@ -109,6 +109,8 @@ def run_cost(cfg: Any, lim: Any) -> RunCost:
     evaluations = steps // every if has_eval else 0
     generated = steps * answers * int(cfg.max_completion_length) if generating else 0
     generated += 2 * fixed["task_items"] * fixed["task_new_tokens"] + evaluations * fixed["sample_prompts"] * fixed["sample_new_tokens"]
+    if str(getattr(cfg, "dataset", "")) == fixed["mistakes_dataset"]:  # the pairs are the base model's own answers, written first
+        generated += fixed["mistakes_answers"] * fixed["mistakes_new_tokens"]
     pair = 2 if cfg.method in PAIR_METHODS else 1
     return RunCost(steps=steps, processes=processes, batch_tokens=int(cfg.micro_batch_size) * int(cfg.max_seq_len),
                    train_tokens=steps * per_step * int(cfg.max_seq_len) * pair, answers_per_step=answers, generated_tokens=generated,

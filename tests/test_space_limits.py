@@ -82,6 +82,22 @@ def test_the_default_run_of_every_method_fits(on_space, tmp_path):
     space.check_train_config(_cfg(method="lora", base_model=LARGEST_ALLOWED_MODEL, micro_batch_size=2, max_seq_len=256, max_steps=50), tmp_path)
 
 
+def test_a_run_on_the_models_own_mistakes_counts_the_answers_its_pairs_are_made_of(on_space):
+    """builtin:date-mistakes makes its pairs from the base model's answers before the first step: that writing is work the
+    Space's turn must hold, counted from the numbers engine/inference/mistakes.py uses."""
+    from engine.inference import mistakes
+    from engine.objectives import MISTAKES_DATASET
+
+    fixed = space_limits.table()["fixed"]
+    assert fixed["mistakes_dataset"] == MISTAKES_DATASET
+    assert fixed["mistakes_answers"] == mistakes.N_PROMPTS * (1 + mistakes.N_SAMPLES) and fixed["mistakes_new_tokens"] == mistakes.MAX_NEW_TOKENS
+    lim = space.limits()
+    pairs = space_limits.run_cost(_cfg(method="orpo", dataset="builtin:preferences", max_steps=100), lim)
+    own = space_limits.run_cost(_cfg(method="orpo", dataset=MISTAKES_DATASET, max_steps=100), lim)
+    assert own.generated_tokens - pairs.generated_tokens == mistakes.N_PROMPTS * (1 + mistakes.N_SAMPLES) * mistakes.MAX_NEW_TOKENS
+    assert space_limits.work_seconds(own, lim) > space_limits.work_seconds(pairs, lim)
+
+
 def _worst(method: str, lim) -> TrainConfig | None:
     """The most a run of `method` can ask under the limits: the longest sequences, the largest micro batch they leave,
     the most processes, answers per prompt and answer length (GRPO), the largest eval share and as many evaluations as

@@ -15,7 +15,6 @@ Who may stop it: the browser that started it, on a shared app (its key, hashed, 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import signal
 import subprocess
@@ -29,11 +28,13 @@ from ..config import BenchConfig
 from ..errors import JobError
 from ..inference.harness import BenchPlan, bench_folder, plan_bench, require_harness, run_bench
 from ..refs import check_visitor_refs, default_runs_dir
+from ..run_access import OWNER_FILE, owner_hash
 from ..runs import EventLog, atomic_write_text, read_events
 from ..sharing import child_env
 from .jobs import REPO_ROOT, JobManager, proc_start_time, run_is_alive
 
-BENCH_PID, BENCH_EVENTS, BENCH_LOG, OWNER = "bench.pid", "bench_events.jsonl", "bench.log", "owner"
+BENCH_PID, BENCH_EVENTS, BENCH_LOG = "bench.pid", "bench_events.jsonl", "bench.log"
+OWNER = OWNER_FILE  # <folder>/owner: the starter's key hashed as a run's owner file is (engine/run_access.py)
 
 
 class BenchJobs:
@@ -140,11 +141,6 @@ class BenchJobs:
     def events(self, folder: Path) -> list[dict]:
         """The events of the latest job in `folder`, oldest first."""
         return read_events(folder, BENCH_EVENTS)
-
-
-def owner_hash(owner: str) -> str:
-    """What `<folder>/owner` keeps of a browser's key: its hash (the same as a run's owner file, engine/training/jobs.py)."""
-    return hashlib.sha256(owner.encode("utf-8")).hexdigest()
 
 
 def model_of(folder: Path) -> str:

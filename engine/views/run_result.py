@@ -1,7 +1,9 @@
 """The headline result of a run in plain words, the one that applies to it: the date task's accuracy before and after
 when the run trains on the date task (builtin:dates, or the pairs of the model's own mistakes on it), with whether
-that is a gain, no clear change or a loss on 100 test dates; for a DPO/ORPO/KTO run on other pairs, how often the
-chosen answer wins on the held-out pairs; for a GRPO run on other prompts, its mean reward at the start and now.
+that is a gain, no clear change or a loss on 100 test dates; for a DPO/ORPO run on other pairs, how often the
+chosen answer wins on the held-out pairs; for a KTO run on other labelled answers, how far the good answers' reward is
+above the bad ones' on the held-out answers (KTO has no pairs to count wins on); for a GRPO run on other prompts, its
+mean reward at the start and now.
 """
 
 from __future__ import annotations
@@ -50,6 +52,18 @@ def _pairs_line(events: Sequence[dict[str, Any]], lang: str) -> str:
     return ("✔ " if pct > 50 else "− ") + t(key, lang, pct=fmt_number(pct, lang), n=fmt_number(n, lang), step=fmt_number(evals[-1].get("step", 0), lang))
 
 
+def _labels_line(events: Sequence[dict[str, Any]], lang: str) -> str:
+    """KTO's: the held-out labelled answers' reward margin (good minus bad, trl's eval_rewards/margins) at the last evaluation."""
+    evals = [ev for ev in events if ev.get("type") == "eval" and ev.get("reward_margin") is not None]
+    if not evals:
+        return ""
+    n = next((ev.get("eval_examples") for ev in events if ev.get("type") == "data"), None) or 0
+    margin = float(evals[-1]["reward_margin"])
+    key = "pref_run.labels.learned" if margin > 0 else "pref_run.labels.not_yet"
+    return ("✔ " if margin > 0 else "− ") + t(key, lang, margin=fmt_plain(margin, lang, 2), n=fmt_number(n, lang),
+                                               step=fmt_number(evals[-1].get("step", 0), lang))
+
+
 def _reward_line(events: Sequence[dict[str, Any]], lang: str) -> str:
     rewards = [float(ev["reward_mean"]) for ev in events if ev.get("type") == "progress" and ev.get("reward_mean") is not None]
     if len(rewards) < 2:
@@ -66,6 +80,8 @@ def headline_md(s: RunSummary, events: Sequence[dict[str, Any]], lang: str = "en
         return ""
     if s.method in REWARD_METHODS:
         return _reward_line(events, lang)
+    if s.method == "kto":
+        return _labels_line(events, lang)
     if s.method in OBJECTIVE_METHODS:
         return _pairs_line(events, lang)
     return ""

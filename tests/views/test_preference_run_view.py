@@ -134,3 +134,20 @@ def test_the_headline_is_the_date_task_for_date_data_and_the_held_out_pairs_othe
     grpo = [{"type": "progress", "step": 10, "loss": 0.0, "reward_mean": 0.2}, {"type": "progress", "step": 20, "loss": 0.0, "reward_mean": 0.45}]
     s = summarize(_run(tmp_path, "grpo-i", TrainConfig(method="grpo", dataset="builtin:instructions"), extra=grpo), alive=False)
     assert "Mean reward: 0.2 at the first logged step → 0.45 now" in headline_md(s, grpo, "en")
+
+
+def test_a_kto_run_on_labelled_answers_is_judged_by_the_held_out_answers_margin(tmp_path):
+    """KTO has no pairs to count wins on: its headline is how far the held-out good answers' reward is above the bad ones'
+    (trl's eval_rewards/margins, the eval event's reward_margin), in the visitor's language."""
+    evals = [{"type": "data", "train_examples": 445, "eval_examples": 49},
+             {"type": "eval", "step": 30, "eval_loss": 0.43, "reward_margin": 1.234, "kl": 0.8}]
+    run = _run(tmp_path, "kto-f", TrainConfig(method="kto", tuning="full", base_model="run:sft", dataset="builtin:feedback"),
+               before=0.22, after=0.23, extra=evals)
+    s = summarize(run, alive=False)
+    events = [*evals]
+    assert "49 held-out labelled answers the good ones now score 1.2 above the bad ones" in headline_md(s, events, "en")
+    assert "49 respostas rotuladas separadas para avaliação as boas agora pontuam 1,2 acima" in headline_md(s, events, "pt-BR")
+    flat = [evals[0], {**evals[1], "reward_margin": -0.05}]
+    assert "not above 0 yet" in headline_md(s, flat, "en")
+    text = status_md(s, "en")
+    assert text.index("held-out labelled answers") < text.index("Also scored on the date task")

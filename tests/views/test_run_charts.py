@@ -65,3 +65,15 @@ def test_accuracy_bars_with_right_and_wrong_examples():
     assert ">antes<" in pt and ">depois<" in pt and "o modelo disse" in pt and "Algumas respostas (depois)" in pt
     assert task_html([{"type": "progress"}]) == ""
     assert [ok for ok, *_ in task_examples(EVENTS[1])] == [True, True, False]
+
+
+@pytest.mark.parametrize("lang", ["en", "pt-BR"])
+def test_every_objective_chart_has_its_name_and_a_line_on_what_good_looks_like(lang):
+    """Each metric a DPO/ORPO/KTO/GRPO run draws (KTO's KL too) is named and says what a good value is, in both languages."""
+    from engine import i18n
+    from engine.views.run_charts import OBJECTIVE_PLOTS
+
+    for method, metrics in OBJECTIVE_PLOTS.items():
+        for metric in metrics:
+            for key in (f"preference.plot.{metric}", f"pref_run.good.{metric}"):
+                assert i18n.t(key, lang) != key, (method, key)
