@@ -45,6 +45,13 @@ CONFIGS: dict[str, list[str]] = {
     "dpo-mistakes-5e-5-250": [*DPO_MISTAKES, "--learning-rate", "5e-5", "--max-steps", "250"],
     "kto-mistakes-5e-5-250": ["--method", "kto", "--dataset", "builtin:date-mistakes", "--beta", "0.1", "--micro-batch-size", "8",
                               "--max-seq-len", "72", "--learning-rate", "5e-5", "--max-steps", "250"],
+    # KTO on its built-in sample (the form's data for KTO) for longer than the 30 steps a loaded machine allowed before
+    "kto-feedback-5e-5-150": ["--method", "kto", "--dataset", "builtin:feedback", "--beta", "0.1", "--micro-batch-size", "8",
+                              "--max-seq-len", "128", "--learning-rate", "5e-5", "--max-steps", "150"],
+    "kto-feedback-5e-5-30": ["--method", "kto", "--dataset", "builtin:feedback", "--beta", "0.1", "--micro-batch-size", "8",
+                             "--max-seq-len", "128", "--learning-rate", "5e-5", "--max-steps", "30"],
+    "kto-feedback-2e-4-30": ["--method", "kto", "--dataset", "builtin:feedback", "--beta", "0.1", "--micro-batch-size", "8",
+                             "--max-seq-len", "128", "--learning-rate", "2e-4", "--max-steps", "30"],
     # GRPO (no supervised term: a gain here is the reward's alone), its form defaults for longer and at a higher rate
     "grpo-parts-1e-4-400": ["--method", "grpo", "--dataset", "builtin:dates", "--reward", "dates, date_parts", "--num-generations", "8",
                             "--max-completion-length", "16", "--micro-batch-size", "16", "--max-seq-len", "72", "--learning-rate", "1e-4",
