@@ -240,6 +240,7 @@ def push_run(
     use_env_token: bool = True,
     runs_dir: Path | None = None,
     gguf: str | None = None,
+    gguf_preset: str | None = None,
 ) -> str:
     """Push a finished run to the Hub repo `owner/name` (created when missing); returns the repo's URL.
 
@@ -250,7 +251,8 @@ def push_run(
     model card: files of an earlier push that are not in it are deleted in the same commit (the Hub keeps
     them in the history), so an adapter pushed over a merged model (or the reverse) cannot leave a repo
     that loads as the wrong thing. gguf: also upload a GGUF of the pushed model (f16, q8_0 or q4_0) and its Ollama
-    Modelfile (engine/export/gguf.py), for what = merged or model. Raises ConfigError/HubError, before any network call
+    Modelfile (engine/export/gguf.py), for what = merged or model; gguf_preset: the Modelfile's decoding preset (None:
+    GgufSettings' default; the page passes the one its Playground uses for the run). Raises ConfigError/HubError, before any network call
     for every mistake that can be seen locally.
     """
     run_dir = Path(run_dir)
@@ -268,7 +270,8 @@ def push_run(
     if gguf:
         from ..config import GgufSettings
 
-        gguf_settings = GgufSettings(type=gguf)  # ConfigError naming the field for a wrong type
+        # ConfigError naming the field for a wrong type or preset
+        gguf_settings = GgufSettings(type=gguf, **({"preset": gguf_preset} if gguf_preset else {}))
         if what == "adapter":
             raise ConfigError("gguf", gguf, allowed_key="error.hub_fields.gguf_adapter")
     token = resolve_token(token, use_env=use_env_token)

@@ -134,12 +134,15 @@ def push_finished_run(jobs: JobManager, name: str | None, repo: str, what: str, 
     """Push the run's adapter, merged or full model with a model card to the Hub, with this token only (never the
     server's HF_TOKEN), and a GGUF of it when `gguf` names a type ("none" or empty: no GGUF); the message to show."""
     from ..export.hub import push_run
+    from .playground_defaults import start_for
 
     name = _require(name, "pick_push")
     jobs.check_control(name, owner, "push")
     gguf = None if gguf in (None, "", "none") else gguf
+    # the GGUF's Modelfile decodes as the Playground does for this run (greedy `precise` for a task), as the Export button's does
+    preset = start_for(jobs.runs_dir, f"run:{name}", lang).preset if gguf else None
     url = push_run(run_path(jobs.runs_dir, name), repo, what=what, token=token, private=bool(private), use_env_token=False, runs_dir=jobs.runs_dir,
-                   gguf=gguf)
+                   gguf=gguf, gguf_preset=preset)
     key = "finetune.control.pushed_gguf" if gguf else "finetune.control.pushed"
     return "✔ " + t(key, lang, what=t(f"finetune.push.what.{what}", lang), name=name, gguf=gguf or "", url=url)
 

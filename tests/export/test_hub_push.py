@@ -417,3 +417,19 @@ def test_push_model_with_gguf_uploads_the_file_modelfile_and_ollama_usage(runs, 
         push_run(adapter_run(runs), "alice/x", what="adapter", token=TOKEN, gguf="q8_0")
     with pytest.raises(ConfigError, match="type"):
         push_run(run, "alice/x", what="model", token=TOKEN, gguf="q3")
+
+
+def test_a_gguf_pushed_from_the_page_decodes_as_the_playground_does_for_the_run(runs, hub, tiny_dir):
+    """The page's push with a GGUF writes the Modelfile with the run's own Playground preset, as its Export button does:
+    greedy (`precise`: temperature 0) for a run on the date task, not the sampling default of GgufSettings."""
+    from engine.training.jobs import JobManager
+    from engine.views import run_control
+
+    run = runs / "full-p"
+    shutil.copytree(tiny_dir, run / "model")
+    finish_run(run, TrainConfig(method="full", base_model="builtin:compact-mini", dataset="builtin:dates", max_steps=2, run_name="full-p"))
+    run_control.push_finished_run(JobManager(runs), "full-p", "alice/dates-p", "model", True, TOKEN, gguf="q8_0")
+    modelfile = (hub.uploads[-1] / "Modelfile").read_text()
+    assert "PARAMETER temperature 0\n" in modelfile and "top_p" not in modelfile, modelfile
+    push_run(run, "alice/dates-p", what="model", token=TOKEN, gguf="q8_0")  # the library's default stays GgufSettings'
+    assert "PARAMETER temperature 0.7" in (hub.uploads[-1] / "Modelfile").read_text()
