@@ -11,7 +11,7 @@ and the variable that changes it, in the visitor's language.
 
 `run_cost` is the arithmetic behind the checks (what a run of a config would do, counted from its fields), which
 tests/test_space_limits.py also uses to derive the worst run the limits allow. This module sits beside engine/space.py:
-it imports `errors` only.
+it imports `errors` (the memory checks import the estimator when they run).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def check_run_cost(cfg: Any, lim: Any) -> None:
 
 def check_memory(cfg: Any, lim: Any) -> None:
     """Refuse a run whose training the memory estimator (engine/estimator/handoff.py `estimate_train`, the form's own
-    prediction, DPO's reference model and GRPO's answers included) puts above the Space's memory, in fp32 (a CPU Space
+    prediction, DPO's reference model, GRPO's answers and a distillation's teacher included) puts above the Space's memory, in fp32 (a CPU Space
     trains in fp32 or in bf16 autocast over fp32 master weights). A base the estimator cannot size before the run (a run
     of this app, a Hub model offline) is left to the size limit and the run's own out-of-memory message."""
     from .estimator.handoff import estimate_train
@@ -162,11 +162,26 @@ def check_memory(cfg: Any, lim: Any) -> None:
     if str(cfg.base_model).startswith("run:") or cfg.method == "scratch" and not str(cfg.base_model).startswith("builtin:"):
         return
     try:
-        gib = float(estimate_train(cfg, "fp32", on_cpu=True).allocated_gib)
+        gib = float(estimate_train(cfg, "fp32", on_cpu=True).allocated_gib) + teacher_gib(cfg)
     except EngineError:
         return
     if gib > lim.max_memory_gib:
         raise refuse("max_memory_gib", num(round(gib, 1)), num(lim.max_memory_gib), model=cfg.base_model)
+
+
+def teacher_gib(cfg: Any) -> float:
+    """What a distillation's frozen teacher holds beside the student's training (its fp32 weights and its logits for one
+    micro batch, as engine/training/distill.py estimate_distill counts it); 0 for other methods and for a teacher the
+    estimator cannot size before the run (a run of this app: the size limit and the run's own message stand)."""
+    from .config import MemoryQuery
+    from .estimator.memory import estimate
+
+    teacher = str(getattr(cfg, "teacher_model", "") or "")
+    if cfg.method != "distill" or not teacher or teacher.startswith("run:"):
+        return 0.0
+    query = MemoryQuery(model=teacher, task="inference", weight_precision="fp32", batch=cfg.micro_batch_size, seq_len=cfg.max_seq_len,
+                        new_tokens=0)
+    return float(estimate(query).allocated_gib)
 
 
 def check_line(owner_runs: int, waiting: int, lim: Any) -> None:

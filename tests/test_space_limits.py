@@ -98,6 +98,23 @@ def test_a_run_on_the_models_own_mistakes_counts_the_answers_its_pairs_are_made_
     assert space_limits.work_seconds(own, lim) > space_limits.work_seconds(pairs, lim)
 
 
+def test_a_distillations_teacher_counts_in_the_spaces_memory(on_space, monkeypatch):
+    """The teacher's weights and logits sit beside the student's training: a distillation whose student alone fits the
+    memory limit is refused when the two together do not, naming the limit."""
+    from engine.estimator.handoff import estimate_train
+
+    cfg = _cfg(method="distill", base_model="builtin:compact-mini", teacher_model=LARGEST_ALLOWED_MODEL, micro_batch_size=4, max_steps=50)
+    student = float(estimate_train(cfg, "fp32", on_cpu=True).allocated_gib)
+    teacher = space_limits.teacher_gib(cfg)
+    assert teacher > 1.5  # 0.5B parameters in fp32 are ~1.8 GiB before its logits
+    assert space_limits.teacher_gib(_cfg(method="full")) == 0.0
+    monkeypatch.setenv(space.LIMIT_ENV["max_memory_gib"], f"{student + teacher / 2:.3f}")
+    with pytest.raises(EngineError, match="GiB of memory"):
+        space_limits.check_memory(cfg, space.limits())
+    monkeypatch.setenv(space.LIMIT_ENV["max_memory_gib"], f"{student + teacher + 0.1:.3f}")
+    space_limits.check_memory(cfg, space.limits())
+
+
 def _worst(method: str, lim) -> TrainConfig | None:
     """The most a run of `method` can ask under the limits: the longest sequences, the largest micro batch they leave,
     the most processes, answers per prompt and answer length (GRPO), the largest eval share and as many evaluations as
