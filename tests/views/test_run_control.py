@@ -97,7 +97,7 @@ def test_push_needs_a_run_and_says_where_it_went(monkeypatch):
     text = push_finished_run(FakeJobs(), "r", "me/m", "merged", 1, "hf_x")
     assert text == "✔ Pushed the merged of **r** with a model card to [https://hf.co/me/m](https://hf.co/me/m)"
     assert calls == [(Path("/runs/r"), "me/m", {"what": "merged", "token": "hf_x", "private": True, "use_env_token": False, "runs_dir": Path("/runs"),
-                                                 "gguf": None})]
+                                                 "gguf": None, "gguf_preset": None})]
     text = push_finished_run(FakeJobs(), "r", "me/m", "model", 1, "hf_x", "q8_0")
     assert text.startswith("✔ Pushed the model of **r** and a q8_0 GGUF") and calls[-1][2]["gguf"] == "q8_0"
 
