@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine.config import TrainConfig
 from engine.errors import ConfigError
 from engine.fields import field_specs
@@ -112,3 +114,14 @@ def test_preset_values_explain_and_fill_the_form():
     note, filled = preset_values(values, None)
     applied = apply_recipe(values, AUTO, values["base_model"])
     assert note == applied.explanation and filled == applied.values and set(filled) <= set(NAMES)
+
+
+@pytest.mark.parametrize("lang", ["en", "pt-BR"])
+def test_a_lora_of_the_builtin_model_on_the_date_task_is_warned_before_start(tmp_path, lang):
+    """LoRA/QLoRA of builtin:compact-mini on builtin:dates stayed at 0% at every learning rate measured (presets/recipes.yaml):
+    the prediction says so before Start and names the method that shows a result; full fine-tuning gets no such line."""
+    lora = train_config_from_form({**_values(), "method": "lora"}, None, None, upload_dir=tmp_path, runs_dir=tmp_path)
+    text = prediction_or_warning(lambda: lora, tmp_path, lang)
+    assert text.startswith("⚠ LORA") and "**full**" in text and ("500 passos" if lang == "pt-BR" else "500 steps") in text
+    full = train_config_from_form(_values(), None, None, upload_dir=tmp_path, runs_dir=tmp_path)
+    assert "**full**" not in prediction_or_warning(lambda: full, tmp_path, lang)
