@@ -131,7 +131,7 @@ def _record_launched_pid(run_dir: Path) -> None:
     and can stop it (STOP file) or kill its process group."""
     from .hardware import distributed
     from .runs import atomic_write_text
-    from .training.jobs import proc_start_time, run_is_alive
+    from .training.processes import proc_start_time, run_is_alive
 
     if distributed.is_distributed() and distributed.is_main_process() and not run_is_alive(run_dir):
         pid = os.getpid()

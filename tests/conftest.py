@@ -134,7 +134,7 @@ def stubborn_run(runs: Path, name: str, owner: str | None) -> Any:
 
     from engine.config import TrainConfig
     from engine.runs import EventLog, save_config
-    from engine.training.jobs import proc_start_time
+    from engine.training.processes import proc_start_time
 
     run_dir = runs / name
     run_dir.mkdir(parents=True)

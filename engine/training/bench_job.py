@@ -20,7 +20,6 @@ import signal
 import subprocess
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 
 from ..benchmarks import BASE_FOLDER, RUN_FOLDER, parse_task_names
@@ -30,8 +29,8 @@ from ..inference.harness import BenchPlan, bench_folder, plan_bench, require_har
 from ..refs import check_visitor_refs, default_runs_dir
 from ..run_access import OWNER_FILE, owner_hash
 from ..runs import EventLog, atomic_write_text, read_events
-from ..sharing import child_env
-from .jobs import REPO_ROOT, JobManager, proc_start_time, run_is_alive
+from .jobs import JobManager
+from .processes import proc_start_time, run_is_alive, spawn_logged
 
 BENCH_PID, BENCH_EVENTS, BENCH_LOG = "bench.pid", "bench_events.jsonl", "bench.log"
 OWNER = OWNER_FILE  # <folder>/owner: the starter's key hashed as a run's owner file is (engine/run_access.py)
@@ -93,16 +92,7 @@ class BenchJobs:
         cmd = [self.jobs.python, "-m", "engine", "bench", "--model", cfg.model, "--tasks", ",".join(parse_task_names(cfg.tasks)),
                "--limit", str(cfg.limit), "--quant", plan.mode, "--batch-size", str(cfg.batch_size),
                "--with-base" if cfg.with_base else "--no-with-base"]
-        env = child_env(os.environ)  # shared mode: no Hub token in a visitor's job
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        env["COMPACT_LAB_RUNS"] = str(self.runs_dir)
-        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        with open(folder / BENCH_LOG, "ab") as logf:
-            logf.write(f"\n=== {datetime.now().isoformat(timespec='seconds')} {' '.join(cmd[1:])}\n".encode())
-            logf.flush()
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO_ROOT), env=env,
-                                    start_new_session=True)
-        atomic_write_text(folder / BENCH_PID, f"{proc.pid} {proc_start_time(proc.pid) or ''}\n")
+        proc = spawn_logged(cmd, folder / BENCH_LOG, folder / BENCH_PID, self.runs_dir)  # shared mode: no Hub token in a visitor's job
         self._procs[folder] = proc
 
     def may_control(self, folder: Path, owner: str | None) -> bool:

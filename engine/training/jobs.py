@@ -43,54 +43,11 @@ from ..config import TrainConfig
 from ..errors import JobError
 from ..refs import DATA_REF_FIELDS, MODEL_REF_FIELDS, check_visitor_refs
 from ..runs import RunSummary, atomic_write_text, run_path, save_config, summarize
-from ..sharing import child_env, is_shared
+from ..sharing import is_shared
 from . import queue as waiting
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) is not alive for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().split(") ", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def proc_start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), recorded beside its pid in
-    `<run>/pid` so that a reused pid is not taken for the run's process; None where /proc cannot tell."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().split(") ", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
+from .processes import run_is_alive, spawn_logged
 
 MERGE_PID, MERGE_EVENTS, MERGE_PREFIX = "merge.pid", "merge_events.jsonl", "merge:"
-
-
-def run_is_alive(run_dir: Path, *, pid_name: str = "pid") -> bool:
-    """Is the process recorded in `<run>/pid` (or `<run>/merge.pid`) still running (and still the same process)?"""
-    pid_file = Path(run_dir) / pid_name
-    try:
-        parts = pid_file.read_text().split()
-        pid = int(parts[0])
-    except (OSError, ValueError, IndexError):
-        return False
-    if not _pid_alive(pid):
-        return False
-    recorded = parts[1] if len(parts) > 1 else None
-    current = proc_start_time(pid)
-    # pid reuse after a reboot: a different start time means a different process
-    return recorded is None or current is None or recorded == current
 
 
 class JobManager:
@@ -338,15 +295,9 @@ class JobManager:
 
     def spawn(self, run_dir: Path, cmd: list[str], *, log_name: str = "train.log", pid_name: str = "pid", key: str | None = None,
               env: dict[str, str] | None = None) -> subprocess.Popen:
-        """Start `cmd` for `run_dir` in a new session (output to `<run>/log_name`, pid in `<run>/pid_name`; shared mode: no Hub token)."""
-        path = str(REPO_ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
-        full = {"PYTHONUNBUFFERED": "1", **child_env(os.environ), **(env or {}), "COMPACT_LAB_RUNS": str(self.runs_dir), "PYTHONPATH": path}
-        with open(run_dir / log_name, "ab") as logf:
-            logf.write(f"\n=== {datetime.now().isoformat(timespec='seconds')} {' '.join(cmd[1:])}\n".encode())
-            logf.flush()
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO_ROOT), env=full,
-                                    start_new_session=True)
-        atomic_write_text(run_dir / pid_name, f"{proc.pid} {proc_start_time(proc.pid) or ''}\n")
+        """Start `cmd` for `run_dir` (processes.py `spawn_logged`: output to `<run>/log_name`, pid in `<run>/pid_name`), kept
+        to be reaped under `key` (default: the run's name)."""
+        proc = spawn_logged(cmd, run_dir / log_name, run_dir / pid_name, self.runs_dir, env=env)
         self._procs[key or run_dir.name] = proc
         return proc
 

@@ -42,7 +42,7 @@ from ..errors import ConfigError, Phrase
 from ..fields import from_dict, to_dict
 from ..mix_config import MIX_EQUAL_RANK_METHODS, MixConfig
 from ..runs import MIX_FILE, EventLog, atomic_replace_dir, atomic_write_text, load_config, read_events, run_path, save_config, summarize
-from .jobs import run_is_alive
+from .processes import run_is_alive
 
 MIX_ADAPTER = "mix"  # the new adapter's name inside the peft model while it is built
 

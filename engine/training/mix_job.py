@@ -20,8 +20,9 @@ from ..errors import EngineError, JobError, Phrase
 from ..fields import from_dict
 from ..mix_config import MixConfig
 from ..runs import EventLog, atomic_write_text, run_path
-from .jobs import JobManager, proc_start_time
+from .jobs import JobManager
 from .mix import plan_mix, run_mix, write_mix_run
+from .processes import proc_start_time
 
 
 def new_mix_name(runs_dir: Path, cfg: MixConfig) -> str:

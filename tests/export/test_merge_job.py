@@ -63,7 +63,7 @@ def test_merge_plan_of_an_unknown_base_is_the_cpu(tmp_path):
 # ---- one job at a time ----
 
 def _fake_live(run_dir: Path, pid_name: str) -> None:
-    from engine.training.jobs import proc_start_time
+    from engine.training.processes import proc_start_time
 
     (run_dir / pid_name).write_text(f"{os.getpid()} {proc_start_time(os.getpid()) or ''}\n", encoding="utf-8")
 

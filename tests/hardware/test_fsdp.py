@@ -64,8 +64,10 @@ def test_the_app_starts_several_processes_with_accelerates_launcher(tmp_path, mo
         started["cmd"] = cmd
         return Fake()
 
-    monkeypatch.setattr(jobs.subprocess, "Popen", fake_popen)
-    monkeypatch.setattr(jobs, "proc_start_time", lambda pid: None)
+    from engine.training import processes
+
+    monkeypatch.setattr(processes.subprocess, "Popen", fake_popen)
+    monkeypatch.setattr(processes, "proc_start_time", lambda pid: None)
     cfg = TrainConfig(method="full", base_model="builtin:compact-mini", dataset="builtin:dates", distributed="ddp", gpus=2, run_name="t-launch")
     manager = jobs.JobManager(tmp_path)
     run_dir = tmp_path / "t-launch"

@@ -14,7 +14,8 @@ from engine.config import BenchConfig, TrainConfig
 from engine.errors import EngineError, JobError
 from engine.inference.harness import read_results
 from engine.training.bench_job import BENCH_EVENTS, BenchJobs
-from engine.training.jobs import JobManager, proc_start_time
+from engine.training.jobs import JobManager
+from engine.training.processes import proc_start_time
 
 pytest.importorskip("lm_eval", reason="requirements-eval.txt")
 

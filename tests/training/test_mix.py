@@ -210,8 +210,9 @@ def test_the_job_manager_mixes_in_a_subprocess_one_job_at_a_time_and_only_your_r
     import time
 
     from engine.errors import JobError
-    from engine.training.jobs import JobManager, proc_start_time
+    from engine.training.jobs import JobManager
     from engine.training.mix_job import start_mix
+    from engine.training.processes import proc_start_time
 
     jobs = JobManager(runs)
     busy = runs / "dates-a" / "pid"  # a run that looks alive: no mix beside it
