@@ -5,7 +5,11 @@ builtin:dates, about 23% on the 100 held-out test dates) and is scored on those 
 once per seed; the table gives each seed and the median.
 
     python bench/preference_gain.py --runs /tmp/pref-runs                       # every config, seeds 1 2 3
-    python bench/preference_gain.py --runs /tmp/pref-runs --configs dpo-mistakes --seeds 1
+    python bench/preference_gain.py --runs /tmp/pref-runs --configs dpo-mistakes-5e-5 --seeds 1
+    python bench/preference_gain.py --runs /tmp/pref-runs --start sft1050 --configs sft-continued-2e-4-250 orpo-mistakes-2e-4-250
+
+`--start sft1050` starts the rows from a longer SFT instead (sft300 trained on for 750 more steps at 2e-4: nearer the
+point where more SFT stops helping), to ask whether a preference method adds anything to SFT there.
 
 Each training is the CLI the app itself starts (`python -m engine train ...`), so a row is what a student gets from
 the form with the same values. Results are appended to <runs>/preference_gain.jsonl (a config and seed already there
@@ -26,7 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SFT = ["--method", "full", "--base-model", "builtin:compact-mini", "--dataset", "builtin:dates", "--max-steps", "300", "--learning-rate", "1e-3",
        "--micro-batch-size", "16", "--max-seq-len", "72", "--seed", "1"]
-# the rows: what each run adds to `--base-model run:sft300 --tuning full --logging-steps 10`
+# the longer start: sft300 trained on for 750 more steps (continued SFT at 2e-4, as the baseline rows)
+SFT_LONG = ["--method", "full", "--base-model", "run:sft300", "--dataset", "builtin:dates", "--max-steps", "750", "--learning-rate", "2e-4",
+            "--micro-batch-size", "8", "--max-seq-len", "72", "--seed", "1"]
+STARTS = {"sft300": None, "sft1050": SFT_LONG}
+# the rows: what each run adds to `--base-model run:START --tuning full --logging-steps 10`
 DPO_MISTAKES = ["--method", "dpo", "--dataset", "builtin:date-mistakes", "--beta", "0.1", "--micro-batch-size", "8", "--max-seq-len", "72"]
 CONFIGS: dict[str, list[str]] = {
     "dpo-preferences": ["--method", "dpo", "--dataset", "builtin:preferences", "--learning-rate", "1e-5", "--beta", "0.1",
@@ -106,35 +114,42 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, required=True, help="runs folder (created)")
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--seeds", nargs="*", type=int, default=[1, 2, 3])
+    parser.add_argument("--start", default="sft300", choices=list(STARTS), help="the SFT run every row starts from")
     args = parser.parse_args()
     runs = args.runs.resolve()
     runs.mkdir(parents=True, exist_ok=True)
     seconds = _train(runs, "sft300", SFT)
     print(f"sft300: {_scores(runs, 'sft300')} ({seconds:.0f} s)", flush=True)
+    if STARTS[args.start]:
+        seconds = _train(runs, args.start, STARTS[args.start])
+        print(f"{args.start}: {_scores(runs, args.start)} ({seconds:.0f} s)", flush=True)
     results = runs / "preference_gain.jsonl"
-    done = {(r["config"], r["seed"]) for r in map(json.loads, results.read_text().splitlines())} if results.exists() else set()
+    done = ({(r.get("start", "sft300"), r["config"], r["seed"]) for r in map(json.loads, results.read_text().splitlines())}
+            if results.exists() else set())
     for config in args.configs:
         for seed in args.seeds:
-            if (config, seed) in done:
+            if (args.start, config, seed) in done:
                 continue
-            name = f"{config}-s{seed}"
-            seconds = _train(runs, name, ["--base-model", "run:sft300", "--tuning", "full", "--logging-steps", "10", "--save-steps", "1000",
+            name = f"{config}-s{seed}" if args.start == "sft300" else f"{args.start}-{config}-s{seed}"
+            seconds = _train(runs, name, ["--base-model", f"run:{args.start}", "--tuning", "full", "--logging-steps", "10", "--save-steps", "1000",
                                           *CONFIGS[config], "--seed", str(seed)])
             before, after = _scores(runs, name)
-            row = {"config": config, "seed": seed, "before": before, "after": after, "seconds": round(seconds), "pairs": _pairs(runs, name)}
+            row = {"start": args.start, "config": config, "seed": seed, "before": before, "after": after, "seconds": round(seconds),
+                   "pairs": _pairs(runs, name)}
             with results.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)
     rows = [json.loads(line) for line in results.read_text().splitlines()]
-    print("\n| config | seeds | date accuracy after (each seed) | median | median gain |\n|---|---|---|---|---|")
-    for config in CONFIGS:
-        mine = sorted((r for r in rows if r["config"] == config), key=lambda r: r["seed"])
-        if not mine:
-            continue
-        after = [100 * r["after"] for r in mine]
-        before = statistics.median(100 * r["before"] for r in mine)
-        print(f"| {config} | {', '.join(str(r['seed']) for r in mine)} | {', '.join(f'{a:.0f}%' for a in after)} | "
-              f"{statistics.median(after):.0f}% | {statistics.median(after) - before:+.0f} |")
+    print("\n| start | config | seeds | date accuracy after (each seed) | median | median gain |\n|---|---|---|---|---|---|")
+    for start in STARTS:
+        for config in CONFIGS:
+            mine = sorted((r for r in rows if r["config"] == config and r.get("start", "sft300") == start), key=lambda r: r["seed"])
+            if not mine:
+                continue
+            after = [100 * r["after"] for r in mine]
+            before = statistics.median(100 * r["before"] for r in mine)
+            print(f"| {start} | {config} | {', '.join(str(r['seed']) for r in mine)} | {', '.join(f'{a:.0f}%' for a in after)} | "
+                  f"{statistics.median(after):.0f}% | {statistics.median(after) - before:+.0f} |")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Off-policy pairs (builtin:preferences: a swapped day and month, the input order kept, slashes) teach a model to rank
 mistakes it may never make; docs/preference.md measures that DPO on them does not raise the date accuracy. Here the
-model itself answers the task's training prompts (never the test split's): its greedy answer (the one the date task
+model itself answers date prompts of the task's training split that the built-in training file does not hold (never the test split's): its greedy answer (the one the date task
 scores) and a few sampled ones. The date checker (engine/inference/tasks.py `score_outputs`) marks each right or
 wrong, and every distinct wrong answer becomes a pair: the expected date chosen, the model's mistake rejected.
 
@@ -23,13 +23,24 @@ from typing import Any
 
 from .tasks import eos_ids_of, left_padded_prompts, normalize_answer
 
-# training prompts answered (the first of the date task's training split; the test split is never used) and sampled
+# prompts answered (`mistake_prompts`: past the built-in training file; the test split is never used) and sampled
 # answers per prompt besides the greedy one: about 3 distinct mistakes a prompt from a model at ~25%, ~700 pairs, in a
 # minute or two of generation on a 2-core CPU (docs/preference.md)
 N_PROMPTS = 256
 N_SAMPLES = 3
 TEMPERATURE = 1.0  # sampling temperature: mistakes the model makes when it explores, not only its first choice
 MAX_NEW_TOKENS = 16  # an ISO date is 5-11 tokens with the built-in tokenizer; the scorer reads the first line
+
+
+def mistake_prompts() -> list[dict[str, str]]:
+    """The N_PROMPTS date prompts the model answers: the date task's training split just past the built-in training file
+    (builtin:dates is its first TRAIN_SIZE items), never the test split. A model fine-tuned on builtin:dates has not seen
+    them, so its mistakes there are the ones it makes on new dates, as on the test: on the dates it trained on, a run at
+    88% got all 256 right and made 19 pairs from sampled answers only, and ORPO on them lowered the task (88% -> 62-78%),
+    where these prompts gave it 72-75 pairs and ORPO held it (89-90%, docs/preference.md)."""
+    from .tasks import TRAIN_SIZE, date_items
+
+    return date_items("train", TRAIN_SIZE + N_PROMPTS)[TRAIN_SIZE:]
 
 
 @dataclass

@@ -80,14 +80,14 @@ def inspect_dataset(cfg: TrainConfig, runs_dir: Path, n_preview: int = 3, lang: 
 def _inspect_mistake_prompts(cfg: TrainConfig, runs_dir: Path, n_preview: int, lang: str) -> DataInspection:
     """The check of builtin:date-mistakes (engine/training/mistake_data.py): its pairs do not exist before the run, so
     it shows the date prompts the base model will answer, each with the expected date (the chosen side of its pairs)."""
+    from ..data.formats import RecordSet
     from ..data.pairs import inspect_pairs
-    from ..inference.mistakes import N_PROMPTS
+    from ..inference.mistakes import N_PROMPTS, mistake_prompts
     from ..models.tokenizer import ensure_chat_template
 
-    cfg = dataclasses.replace(cfg, dataset="builtin:dates")
-    records = train_records(cfg)
-    records = dataclasses.replace(records, records=records.records[:N_PROMPTS], rows=records.rows[:N_PROMPTS],
-                                  notes=[*records.notes, t("pref_run.check.mistakes", lang, n=fmt_number(N_PROMPTS, lang), base=cfg.base_model)])
+    source, cfg = cfg.dataset, dataclasses.replace(cfg, dataset="builtin:dates")  # the prompts are the date task's
+    records = RecordSet(records=mistake_prompts(), format="instruction", source=source,
+                        notes=[t("pref_run.check.mistakes", lang, n=fmt_number(N_PROMPTS, lang), base=cfg.base_model)])
     tokenizer, which = _tokenizer_for(cfg, runs_dir, record_texts(records))
     ensure_chat_template(tokenizer)
     which_text = t("finetune.check.which_trained", lang) if which is None else t("finetune.check.which_model", lang, model=which)

@@ -89,6 +89,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, *, runs_dir: Path, resume: boo
     _stop_requested(run, mirror, "loading the model")
     prediction = _predict_memory(run, models)
     data = _build_data(run, models)
+    cfg = run.cfg  # the data may set the steps (the pairs of the model's own mistakes: engine/training/mistake_data.py)
     _stop_requested(run, mirror, "preparing the data")
     score_task = _score_before(run, models)
     _seed(cfg.seed)  # same seed, same run: the adapters' initial weights come from the seed, not from what ran before
@@ -299,6 +300,7 @@ def _build_data(run: RunContext, models: RunModels) -> TrainData:
         found = None
         if is_mistake_data(cfg):  # the pairs of the starting model's own mistakes, made now (engine/training/mistake_data.py)
             cfg, found = with_mistake_pairs(cfg, models.model, models.tokenizer, run.run_dir, events)
+            run.cfg = dataclasses.replace(run.cfg, max_steps=cfg.max_steps)
         events.write("phase", phase="tokenizing the data")
         build = build_pair_data if cfg.method in PREFERENCE_METHODS else build_prompt_data
         data = build(cfg, models.tokenizer, models.max_len)

@@ -212,6 +212,9 @@ RENDER: dict[str, Callable[[dict[str, Any], str], str]] = {
     "mistakes": lambda ev, lang: "◇ " + t("pref_run.log.mistakes", lang, prompts=fmt_number(ev.get("prompts", 0), lang),
                                           answers=fmt_number(ev.get("answers", 0), lang), correct=fmt_number(ev.get("correct", 0), lang),
                                           pairs=fmt_number(ev.get("pairs", 0), lang)),
+    "mistakes_steps": lambda ev, lang: "◇ " + t("pref_run.log.mistakes_steps", lang, pairs=fmt_number(ev.get("pairs", 0), lang),
+                                                steps=fmt_number(ev.get("steps", 0), lang), asked=fmt_number(ev.get("asked", 0), lang),
+                                                passes=fmt_number(ev.get("passes", 0), lang)),
 }
 
 

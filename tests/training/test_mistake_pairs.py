@@ -59,3 +59,29 @@ def test_a_dpo_run_on_its_base_models_mistakes(runs_dir, monkeypatch):
     assert any(p.startswith("DPO reference") for p in phases)
     progress = [e for e in events if e["type"] == "progress"]
     assert progress[0]["tokens_per_s"] > 0 and progress[0]["eta_s"] is not None and progress[-1]["step"] == 2
+
+
+def test_few_pairs_are_read_at_most_four_times(runs_dir, monkeypatch):
+    """A base that makes few mistakes makes few pairs: the run trains at most MAX_PASSES passes over them instead of the
+    form's steps (many passes over ~20 pairs lowered the date task, docs/preference.md) and says so in its log."""
+    import engine.inference.mistakes as mistakes
+    from engine.training.mistake_data import MAX_PASSES, capped_steps
+    from engine.views.run_log import event_line
+
+    assert capped_steps(TrainConfig(method="orpo", max_steps=250, micro_batch_size=8), 20) == 10
+    assert capped_steps(TrainConfig(method="kto", max_steps=250, micro_batch_size=8), 20) == 20  # a pair is two KTO rows
+    assert capped_steps(TrainConfig(method="orpo", max_steps=250, micro_batch_size=8), 570) is None  # the measured defaults stay
+    assert capped_steps(TrainConfig(method="orpo", max_steps=0, micro_batch_size=8), 20) is None  # a run by epochs
+    monkeypatch.setattr(mistakes, "N_PROMPTS", 2)
+    cfg = TrainConfig(method="orpo", tuning="full", base_model="builtin:compact-mini", dataset="builtin:date-mistakes", run_name="t-few-pairs",
+                      max_steps=200, micro_batch_size=4, max_seq_len=72, logging_steps=1, save_steps=500, eval_fraction=0.0, learning_rate=5e-5,
+                      sample_generations=False)
+    run_dir = runs_dir / cfg.run_name
+    done = run_training(cfg, run_dir, runs_dir=runs_dir)
+    events = read_events(run_dir)
+    pairs = next(e for e in events if e["type"] == "mistakes")["pairs"]
+    capped = next(e for e in events if e["type"] == "mistakes_steps")
+    assert capped == {**capped, "pairs": pairs, "steps": -(-MAX_PASSES * pairs // 4), "asked": 200, "passes": MAX_PASSES}
+    assert done["type"] == "done" and done["steps"] == capped["steps"]
+    assert [e for e in events if e["type"] == "progress"][-1]["max_steps"] == capped["steps"]
+    assert f"{pairs} pares" in event_line(capped, "pt-BR") and "instead of 200" in event_line(capped, "en")
