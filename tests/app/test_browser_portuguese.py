@@ -18,6 +18,7 @@ from conftest import CHROMIUM, running_app
 
 from engine import config, i18n  # noqa: F401 - importing config registers the fields' English texts
 from engine.errors import DataError
+from engine.views.finetune_form import METHOD_DEFAULTS
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install chromium); .ci/run installs it")
@@ -168,6 +169,10 @@ def test_the_data_check_and_the_method_list_in_portuguese(page):
         assert i18n.t(f"text.choice.TrainConfig.method.{m}", "pt-BR") in names, names  # named, not the bare value
     page.get_by_role("option", name=i18n.t("text.choice.TrainConfig.method.grpo", "pt-BR"), exact=True).click()
     method.get_by_text(i18n.t("method_help.grpo", "pt-BR")[:40]).wait_for(timeout=60_000)  # what GRPO needs and does
+    # and its measured settings have landed (a separate event: arriving after the next test filled the learning rate,
+    # they would overwrite it, and the next test's Start would then be valid and train instead of refusing)
+    page.wait_for_function("(v) => { const e = document.querySelector('#TrainConfig-max_steps input'); return e && e.value === v; }",
+                           arg=str(METHOD_DEFAULTS["grpo"]["max_steps"]), timeout=90_000)
     assert english_on(page) == []
     method.locator("input").click()
     page.get_by_role("option", name=i18n.t("text.choice.TrainConfig.method.full", "pt-BR"), exact=True).click()
@@ -179,9 +184,16 @@ def test_an_unreadable_number_and_an_empty_upload_in_portuguese(page, tmp_path):
     page.locator("#ft-panel-button").click()
     accordion(page, "ft", "finetune.acc.training")
     rate = page.locator("#TrainConfig-learning_rate input")
-    rate.fill("")  # what gradio sends for a number field holding "abc": nothing
+    rate.fill("")  # an emptied decimal field (ui/widgets.py decimal_box): Start sends ""
+    rate.press("Tab")  # the field's change is sent before Start's click reads the form
+    page.wait_for_function("() => document.querySelector('#TrainConfig-learning_rate input').value === ''", timeout=30_000)
     page.locator("#finetune-start").click()
-    assert toast(page, "learning_rate") == ["Erro", "Taxa de aprendizado (learning_rate): um número é obrigatório."]
+    try:
+        lines = toast(page, "learning_rate")
+    except playwright_api.TimeoutError:  # say what the page showed instead, for the next person to read
+        pytest.fail(f"no toast naming learning_rate; the field holds {rate.input_value()!r}, the toasts say "
+                    f"{page.locator('.toast-body').all_inner_texts()!r}, the run's status {page.locator('#finetune-status').inner_text()[:500]!r}")
+    assert lines == ["Erro", "Taxa de aprendizado (learning_rate): um número é obrigatório."]
     assert english_on(page) == []
     close_toasts(page)
     rate.fill("0.0002")
