@@ -146,8 +146,8 @@ def batch_tab() -> SimpleNamespace:
     with gr.Row():
         btn, stop = gr.Button(T("playground.batch.btn"), variant="primary"), gr.Button(T("playground.batch.stop"))
     status = gr.Markdown(elem_id="playground-batch-status")  # progress, and an error in the same place
-    outputs = [status, gr.Dataframe(headers=playground.table_headers("batch", "en"), interactive=False, wrap=True),
-               gr.File(label=T("playground.batch.results"), visible=False)]
+    table = gr.Dataframe(headers=playground.table_headers("batch", "en"), interactive=False, wrap=True, elem_id="playground-batch-table")
+    outputs = [status, table, gr.File(label=T("playground.batch.results"), visible=False)]
     return SimpleNamespace(text=text, file=file, size=size, btn=btn, stop=stop, outputs=outputs)
 
 

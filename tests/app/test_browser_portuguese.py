@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+import warnings
 
 import pytest
 from conftest import CHROMIUM, running_app
@@ -32,7 +34,9 @@ ENGLISH = {"the", "is", "are", "of", "to", "and", "with", "on", "in", "for", "no
 # What may read the same in both languages although the English file has it: names and ids.
 ALLOW = {"compact llm lab", "hugging face", "lora", "qlora", "english"}
 # Shown by the page but not made of our words: the model's own answers, the visitor's typed text, gradio's footer.
-SKIP_SELECTORS = ["#playground-chat", "#playground-prompt", "footer", "#lang-switch", "[data-testid='table'] tbody", ".gradio-dataframe tbody"]
+# (gradio 6 draws a table's rows as divs in .virtual-body: the batch's answers are there, and the model may answer in English)
+SKIP_SELECTORS = ["#playground-chat", "#playground-prompt", "footer", "#lang-switch", "[data-testid='table'] tbody", ".gradio-dataframe tbody",
+                  "#playground-batch-table .virtual-body"]
 
 VISIBLE_TEXT_JS = """(skip) => {
   const skipped = skip.flatMap((s) => [...document.querySelectorAll(s)]);
@@ -81,7 +85,8 @@ def english_on(page) -> list[str]:
     """The English fragments, Python values, hash prefixes and raw translation keys among the texts the page shows now."""
     text = page.evaluate(VISIBLE_TEXT_JS, SKIP_SELECTORS)
     low = " ".join(text.lower().split())
-    bad = [f for f in FRAGMENTS if re.search(r"(?<![a-z])" + re.escape(f) + r"(?![a-z])", low)]
+    found = [(f, m) for f in FRAGMENTS if (m := re.search(r"(?<![a-z])" + re.escape(f) + r"(?![a-z])", low))]
+    bad = [f"{f!r} in '…{low[max(0, m.start() - 80):m.end() + 80]}…'" for f, m in found]  # where it shows, for the reader
     bad += [m.group(0) for m in PYTHON.finditer(text)] + [m.group(0) for m in HASHED.finditer(text)] + RAW_KEY.findall(text)
     return bad
 
@@ -98,6 +103,42 @@ def close_toasts(page) -> None:
         if button.is_visible():
             button.click()
     page.locator(".toast-body").first.wait_for(state="detached", timeout=30_000)
+
+
+class Traffic:
+    """The page's calls to the app's API (POSTs under /gradio_api/): how many are under way, and those that ended."""
+
+    def __init__(self, page) -> None:
+        self.pending, self.ended = 0, []
+        page.on("request", self._start)
+        page.on("requestfinished", self._end)
+        page.on("requestfailed", self._end)
+
+    @staticmethod
+    def _ours(req) -> bool:
+        return req.method == "POST" and "/gradio_api/" in req.url
+
+    def _start(self, req) -> None:
+        self.pending += self._ours(req)
+
+    def _end(self, req) -> None:
+        if self._ours(req):
+            self.pending -= 1
+            self.ended.append(f"{req.url.split('/gradio_api/')[-1]} {(req.post_data or '')[:160]}")
+
+
+def settle(page, traffic: Traffic, quiet_s: float = 1.0, limit_s: float = 90.0) -> None:
+    """Wait until the page has had no call to the app under way for `quiet_s` (the updates a pick sets off, and the ones
+    those set off, have all landed), at most `limit_s`: a slow, shared CPU answers them seconds late."""
+    end, quiet_since = time.monotonic() + limit_s, None
+    while time.monotonic() < end:
+        if traffic.pending > 0:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return
+        page.wait_for_timeout(100)  # lets Playwright deliver the request events
 
 
 def accordion(page, panel: str, key: str) -> None:
@@ -122,6 +163,7 @@ def page(browser, tmp_path_factory):
     with running_app(runs) as demo:
         ctx = browser.new_context(viewport={"width": 1440, "height": 900}, locale="pt-BR")
         p = ctx.new_page()
+        p.traffic = Traffic(p)  # read by settle()
         p.goto(demo.local_url)
         p.wait_for_function("() => { const e = document.getElementById('est-panel'); return !!e && /\\d\\s*GiB/.test(e.innerText); }", timeout=120_000)
         yield p
@@ -184,9 +226,23 @@ def test_an_unreadable_number_and_an_empty_upload_in_portuguese(page, tmp_path):
     page.locator("#ft-panel-button").click()
     accordion(page, "ft", "finetune.acc.training")
     rate = page.locator("#TrainConfig-learning_rate input")
-    rate.fill("")  # an emptied decimal field (ui/widgets.py decimal_box): Start sends ""
-    rate.press("Tab")  # the field's change is sent before Start's click reads the form
-    page.wait_for_function("() => document.querySelector('#TrainConfig-learning_rate input').value === ''", timeout=30_000)
+    # CI (a busy 2-core box) saw the emptied field filled again before Start, three landings running, never on a quiet
+    # machine: a late update from the method picks of the step before. The field is emptied once the page's calls have
+    # all landed and is checked after its own change has; a refill is said with the calls that came in meanwhile
+    refills = []
+    for _ in range(3):
+        settle(page, page.traffic)
+        seen = len(page.traffic.ended)
+        rate.fill("")  # an emptied decimal field (ui/widgets.py decimal_box): Start sends ""
+        rate.press("Tab")  # the field's change is sent before Start's click reads the form
+        settle(page, page.traffic)
+        if rate.input_value() == "":
+            break
+        refills.append(f"refilled with {rate.input_value()!r} after the calls {page.traffic.ended[seen:]!r}")
+    else:
+        pytest.fail("the emptied learning rate was filled again each time: " + "; ".join(refills))
+    if refills:
+        warnings.warn("test_browser_portuguese: " + "; ".join(refills), stacklevel=1)
     page.locator("#finetune-start").click()
     try:
         lines = toast(page, "learning_rate")
@@ -264,6 +320,6 @@ def test_the_check_sees_english_on_the_page(page):
     page.evaluate("(t) => { const d = document.createElement('div'); d.id = 'planted'; d.textContent = t; document.body.prepend(d); }", shown)
     try:
         found = english_on(page)
-        assert "is not allowed" in found and "None" in found and "0123456789abcdef0123-" in found, found
+        assert any(f.startswith("'is not allowed' in") for f in found) and "None" in found and "0123456789abcdef0123-" in found, found
     finally:
         page.evaluate("() => document.getElementById('planted').remove()")
